@@ -1,0 +1,40 @@
+# Sluice build and test entry points. `make test` is what CI runs.
+
+GO        ?= go
+FUZZTIME  ?= 3s
+PKGS      ?= ./...
+
+.PHONY: all build test unit fuzz vet fmt bench proto
+
+all: build
+
+build:
+	$(GO) build ./...
+
+# The tests CI runs: the race-detector suite, then every fuzz target briefly.
+test: vet unit fuzz
+
+vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	 if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+unit:
+	$(GO) test -race -timeout 20m $(PKGS)
+
+# Runs each native fuzz target for FUZZTIME. Targets are found by name in
+# the test files, so a new target is fuzzed without editing this file.
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	  dir=$$(dirname $$f); \
+	  for t in $$(grep -h '^func Fuzz' $$f | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz $$dir $$t"; \
+	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$dir; \
+	  done; \
+	done
+
+fmt:
+	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)

@@ -1,0 +1,56 @@
+package clock_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/clock"
+)
+
+func TestFakeMovesOnlyWhenTold(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := clock.NewFake(start)
+	if got := f.Now(); !got.Equal(start) {
+		t.Fatalf("got %v, want %v", got, start)
+	}
+	if got, want := f.Add(1500*time.Millisecond), start.Add(1500*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("after Add: got %v, want %v", got, want)
+	}
+	later := start.Add(time.Hour)
+	f.Set(later)
+	if got := f.Now(); !got.Equal(later) {
+		t.Fatalf("after Set: got %v, want %v", got, later)
+	}
+}
+
+func TestFakeIsSafeForConcurrentUse(t *testing.T) {
+	t.Parallel()
+	f := clock.NewFake(time.Unix(0, 0))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				f.Add(time.Millisecond)
+				_ = f.Now()
+			}
+		}()
+	}
+	wg.Wait()
+	if got, want := f.Now(), time.Unix(0, 0).Add(800*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestRealClockAdvances(t *testing.T) {
+	t.Parallel()
+	c := clock.New()
+	a := c.Now()
+	time.Sleep(time.Millisecond)
+	if b := c.Now(); !b.After(a) {
+		t.Fatalf("real clock did not advance: %v then %v", a, b)
+	}
+}

@@ -1,0 +1,142 @@
+// Package store defines the storage contract every Sluice backend meets: a
+// batch of operations on buckets, applied atomically with the rate limit
+// algorithm evaluated inside the backend's critical section, so concurrent
+// callers never over-admit.
+//
+// Backends live in subpackages (store/memory, store/redis); the conformance
+// suite in store/storetest runs the same scenarios against each of them.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluice-rl/sluice/gcra"
+)
+
+// Algorithm says how a bucket counts.
+type Algorithm uint8
+
+const (
+	// GCRA buckets keep a theoretical arrival time (package gcra).
+	GCRA Algorithm = iota + 1
+	// FixedWindow buckets keep a counter per epoch-aligned window (package
+	// window), as envoyproxy/ratelimit does.
+	FixedWindow
+)
+
+// Action is what an operation does to its bucket.
+type Action uint8
+
+const (
+	// Spend takes Cost tokens (GCRA) or adds Cost hits (FixedWindow). Its
+	// decision counts toward the batch's decision.
+	Spend Action = iota + 1
+	// Check decides exactly as Spend would but never changes the bucket.
+	Check
+	// SpendOnly takes Cost tokens when it can, without its decision counting
+	// toward the batch's decision. In an all-or-nothing batch it is applied
+	// only when the batch is allowed.
+	SpendOnly
+	// Refund gives Cost tokens back (GCRA, never past a full bucket) or
+	// removes Cost hits (FixedWindow, never below zero). A missing bucket is
+	// left missing.
+	Refund
+	// Reset deletes the bucket: it is full again.
+	Reset
+)
+
+// String names the action.
+func (a Action) String() string {
+	switch a {
+	case Spend:
+		return "spend"
+	case Check:
+		return "check"
+	case SpendOnly:
+		return "spend-only"
+	case Refund:
+		return "refund"
+	case Reset:
+		return "reset"
+	}
+	return "unknown"
+}
+
+// Window is a fixed-window limit: Limit hits per window of Length. Length
+// is a whole number of seconds.
+type Window struct {
+	Limit  int64
+	Length time.Duration
+}
+
+// Op is one operation of a batch.
+type Op struct {
+	// Key names the bucket. For FixedWindow buckets it is the key without
+	// the window; the backend adds the window start.
+	Key       string
+	Algorithm Algorithm
+	Action    Action
+	// Limit is the GCRA limit; it MUST be valid for GCRA operations.
+	Limit gcra.Limit
+	// Window is the fixed-window limit; Length MUST be positive for
+	// FixedWindow operations.
+	Window Window
+	// Cost is the number of tokens or hits, >= 0. Cost 0 peeks.
+	Cost int64
+}
+
+// Result is the outcome of one Op.
+type Result struct {
+	// Allowed: the operation was within the limit (Spend, Check, SpendOnly),
+	// or gave capacity back (Refund). Reset is always allowed.
+	Allowed bool
+	// Remaining tokens (GCRA) or hits (FixedWindow) after the operation.
+	Remaining int64
+	// RetryIn is how long until an operation of the same cost would be
+	// allowed; zero when one would be allowed now.
+	RetryIn time.Duration
+	// ResetIn is how long until the bucket is full (GCRA) or the window ends
+	// (FixedWindow).
+	ResetIn time.Duration
+	// Count is, for FixedWindow, the window's counter after the operation.
+	Count int64
+	// Applied says whether the bucket was changed by this operation.
+	Applied bool
+}
+
+// Batch is a list of operations applied together.
+type Batch struct {
+	Ops []Op
+	// AllOrNothing: when any Spend or Check operation of the batch is denied,
+	// no operation of the batch changes any bucket. Fixed-window hits are
+	// not subject to it (Envoy counts every hit).
+	AllOrNothing bool
+}
+
+// Store holds bucket state and applies batches to it.
+//
+// Implementations MUST be safe for concurrent use, MUST evaluate each batch
+// as if alone (no other batch interleaves between reading and writing a
+// bucket), and MUST NOT block longer than ctx allows. A missing bucket is
+// full (GCRA) or at zero (FixedWindow).
+type Store interface {
+	// Do applies b at now and writes one Result per operation into out,
+	// which MUST have room for len(b.Ops). A batch MUST NOT name the same
+	// bucket twice. On error, no Result may be relied on; errors from an
+	// unreachable backend wrap ErrUnavailable.
+	Do(ctx context.Context, now time.Time, b Batch, out []Result) error
+	// Ping reports whether the store answers.
+	Ping(ctx context.Context) error
+	// Close releases the store's resources. Do MUST NOT be called after it.
+	Close() error
+}
+
+// ErrUnavailable reports a backend that cannot be reached or did not answer
+// in time.
+var ErrUnavailable = errors.New("store unavailable")
+
+// ErrBadBatch reports a batch a store refuses: a repeated bucket, an unknown
+// algorithm or action, or an output slice that is too short.
+var ErrBadBatch = errors.New("bad batch")
