@@ -39,11 +39,13 @@ const (
 	// toward the batch's decision. In an all-or-nothing batch it is applied
 	// only when the batch is allowed.
 	SpendOnly
-	// Refund gives Cost tokens back (GCRA, never past a full bucket) or
-	// removes Cost hits (FixedWindow, never below zero). A missing bucket is
-	// left missing.
+	// Refund gives Cost tokens back (GCRA, never past a full bucket; Allowed
+	// reports whether anything was given back) or removes Cost hits
+	// (FixedWindow, never below zero; Allowed reports whether the count is
+	// within the limit afterwards). A missing bucket is left missing.
 	Refund
-	// Reset deletes the bucket: it is full again.
+	// Reset deletes the bucket: it is full again. Its Result is allowed
+	// with Remaining equal to the burst (GCRA) or the limit (FixedWindow).
 	Reset
 )
 

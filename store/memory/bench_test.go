@@ -1,0 +1,115 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+const benchKeys = 1_000_000
+
+var benchKeyList = func() []string {
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = "1:10.0." + strconv.Itoa(i/65536) + "." + strconv.Itoa(i%65536)
+	}
+	return keys
+}()
+
+var benchLimit = gcra.Limit{Burst: 20, Count: 20, Period: time.Second}
+
+// BenchmarkDecision is one check-and-spend decision on the memory store,
+// cycling over 1,000,000 distinct buckets. Compare with gcra's
+// BenchmarkSpend: the ratio is the cost of the store around the algorithm.
+func BenchmarkDecision(b *testing.B) {
+	s := memory.New(memory.Options{})
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	ops := []store.Op{{Algorithm: store.GCRA, Action: store.Spend, Limit: benchLimit, Cost: 1}}
+	out := make([]store.Result, 1)
+	for i := range benchKeys { // populate: measure decisions, not inserts
+		ops[0].Key = benchKeyList[i]
+		_ = s.Do(ctx, now, store.Batch{Ops: ops}, out)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		ops[0].Key = benchKeyList[i]
+		if err := s.Do(ctx, now, store.Batch{Ops: ops}, out); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if i == benchKeys {
+			i = 0
+			now = now.Add(time.Second)
+		}
+	}
+}
+
+// BenchmarkDecisionHotKey is the same decision on one bucket that stays in
+// cache: the store's own overhead without memory misses.
+func BenchmarkDecisionHotKey(b *testing.B) {
+	s := memory.New(memory.Options{})
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	ops := []store.Op{{Key: "1:10.0.0.1", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}}
+	out := make([]store.Result, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		if err := s.Do(ctx, now, store.Batch{Ops: ops}, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecisionParallel runs decisions from every core over 1,000,000
+// distinct buckets.
+func BenchmarkDecisionParallel(b *testing.B) {
+	s := memory.New(memory.Options{})
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ops := []store.Op{{Algorithm: store.GCRA, Action: store.Spend, Limit: benchLimit, Cost: 1}}
+		out := make([]store.Result, 1)
+		i := int(next.Add(7919)) % benchKeys
+		for pb.Next() {
+			ops[0].Key = benchKeyList[i]
+			if err := s.Do(ctx, now, store.Batch{Ops: ops}, out); err != nil {
+				b.Fatal(err)
+			}
+			i++
+			if i == benchKeys {
+				i = 0
+			}
+		}
+	})
+}
+
+// BenchmarkBatch5 is an all-or-nothing batch of five check-and-spends.
+func BenchmarkBatch5(b *testing.B) {
+	s := memory.New(memory.Options{})
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	ops := make([]store.Op, 5)
+	for i := range ops {
+		ops[i] = store.Op{Key: benchKeyList[i], Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}
+	}
+	out := make([]store.Result, 5)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(5 * time.Millisecond)
+		if err := s.Do(ctx, now, store.Batch{Ops: ops, AllOrNothing: true}, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

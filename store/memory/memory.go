@@ -1,0 +1,454 @@
+// Package memory is the embedded, in-process Store: sharded maps, each shard
+// under its own mutex, with the rate limit algorithm evaluated while the
+// shard is locked. It is the default backend and needs no other process.
+//
+// Buckets that are full again (a GCRA TAT in the past, a window that has
+// ended) are treated as missing and removed as the store comes across them;
+// the number of entries is bounded, and at the bound the entry closest to
+// expiry among a small random sample makes room.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/window"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Options configure a Store. The zero value gives the defaults.
+type Options struct {
+	// Shards is the number of independently locked maps, rounded up to a
+	// power of two. Default 256; range 1 to 65536.
+	Shards int
+	// MaxEntries bounds the number of buckets kept, spread evenly over the
+	// shards. Default 4,194,304 (about 400 MiB at most); minimum one per
+	// shard.
+	MaxEntries int
+}
+
+const (
+	defaultShards     = 256
+	defaultMaxEntries = 1 << 22
+	// sampleSize is how many entries are looked at to choose a victim when a
+	// shard is full.
+	sampleSize = 8
+	// sweepEvery and sweepBudget amortise the removal of expired entries:
+	// every sweepEvery inserts into a shard, up to sweepBudget entries are
+	// examined.
+	sweepEvery  = 8
+	sweepBudget = 16
+)
+
+// Store is the in-memory backend. Create it with New; it is safe for
+// concurrent use.
+type Store struct {
+	shards []shard
+	mask   uint64
+	seed   maphash.Seed
+}
+
+type shard struct {
+	mu      sync.Mutex       // protects buckets and inserts
+	buckets map[string]entry // bucket key → state
+	inserts int              // inserts since the last sweep
+	max     int              // bound on len(buckets)
+	_       [40]byte         // keep neighbouring shards' locks off one cache line
+}
+
+// entry is a bucket's state. For GCRA buckets tat is the theoretical arrival
+// time; for fixed windows start is the window's first Unix second and count
+// its counter. exp is the Unix nanosecond at which the bucket is full again
+// and may be dropped.
+type entry struct {
+	exp   int64
+	tat   int64
+	start int64
+	count int64
+}
+
+// New returns an empty Store.
+func New(o Options) *Store {
+	n := o.Shards
+	if n <= 0 {
+		n = defaultShards
+	}
+	if n > 1<<16 {
+		n = 1 << 16
+	}
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	max := o.MaxEntries
+	if max <= 0 {
+		max = defaultMaxEntries
+	}
+	per := max / p
+	if per < 1 {
+		per = 1
+	}
+	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].buckets = make(map[string]entry)
+		s.shards[i].max = per
+	}
+	return s
+}
+
+// Len returns the number of buckets held, expired ones included until they
+// are swept.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.buckets)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Ping always succeeds: the store is in the process.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// Close drops every bucket. The store must not be used afterwards.
+func (s *Store) Close() error {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		clear(sh.buckets)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) & s.mask)
+}
+
+// Do applies b at now. The shards the batch touches are locked in ascending
+// order, so batches never deadlock and each is applied as if alone.
+func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.Result) error {
+	ops := b.Ops
+	if len(out) < len(ops) {
+		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	for i := range ops {
+		if err := checkOp(&ops[i]); err != nil {
+			return err
+		}
+	}
+	nowNs := now.UnixNano()
+	if len(ops) == 1 {
+		sh := &s.shards[s.shardOf(ops[0].Key)]
+		sh.mu.Lock()
+		e, ok := sh.get(ops[0].Key, nowNs)
+		r, next := evaluate(&ops[0], e, ok, now, nowNs)
+		out[0] = r
+		sh.do(apply(&ops[0], &out[0], false), ops[0].Key, next, nowNs)
+		sh.mu.Unlock()
+		return nil
+	}
+	return s.doMany(ops, b.AllOrNothing, now, nowNs, out)
+}
+
+// doMany is Do for batches of more than one operation.
+func (s *Store) doMany(ops []store.Op, allOrNothing bool, now time.Time, nowNs int64, out []store.Result) error {
+	var idxBuf [32]int
+	idx := idxBuf[:0]
+	if len(ops) > len(idxBuf) {
+		idx = make([]int, 0, len(ops))
+	}
+	for i := range ops {
+		if hasKey(ops[:i], ops[i].Key) {
+			return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
+		}
+		idx = append(idx, s.shardOf(ops[i].Key))
+	}
+	// Lock each distinct shard once, in ascending order.
+	var lockBuf [32]int
+	locks := append(lockBuf[:0], idx...)
+	sortInts(locks)
+	locks = dedupe(locks)
+	for _, l := range locks {
+		s.shards[l].mu.Lock()
+	}
+	defer func() {
+		for _, l := range locks {
+			s.shards[l].mu.Unlock()
+		}
+	}()
+
+	var wBuf [32]entry
+	writes := wBuf[:0]
+	if len(ops) > len(wBuf) {
+		writes = make([]entry, 0, len(ops))
+	}
+	denied := false
+	for i := range ops {
+		e, ok := s.shards[idx[i]].get(ops[i].Key, nowNs)
+		r, next := evaluate(&ops[i], e, ok, now, nowNs)
+		out[i] = r
+		writes = append(writes, next)
+		if !r.Allowed && decides(&ops[i]) {
+			denied = true
+		}
+	}
+	for i := range ops {
+		w := apply(&ops[i], &out[i], allOrNothing && denied)
+		s.shards[idx[i]].do(w, ops[i].Key, writes[i], nowNs)
+	}
+	return nil
+}
+
+func hasKey(ops []store.Op, key string) bool {
+	for i := range ops {
+		if ops[i].Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// decides reports whether op's decision counts toward its batch's.
+func decides(op *store.Op) bool {
+	return op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.Check)
+}
+
+func checkOp(op *store.Op) error {
+	switch op.Algorithm {
+	case store.GCRA:
+		if op.Action != store.Reset {
+			if err := op.Limit.Valid(); err != nil {
+				return fmt.Errorf("%w: bucket %q: %w", store.ErrBadBatch, op.Key, err)
+			}
+		}
+	case store.FixedWindow:
+		if op.Window.Length < time.Second || op.Window.Length%time.Second != 0 {
+			return fmt.Errorf("%w: bucket %q: window length %s is not a whole number of seconds", store.ErrBadBatch, op.Key, op.Window.Length)
+		}
+	default:
+		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", store.ErrBadBatch, op.Key, op.Algorithm)
+	}
+	if op.Action < store.Spend || op.Action > store.Reset {
+		return fmt.Errorf("%w: bucket %q: unknown action %d", store.ErrBadBatch, op.Key, op.Action)
+	}
+	if op.Cost < 0 {
+		return fmt.Errorf("%w: bucket %q: negative cost %d", store.ErrBadBatch, op.Key, op.Cost)
+	}
+	return nil
+}
+
+// evaluate computes op's result on the bucket state e (ok: the bucket
+// exists) and the state to write if the operation is applied.
+func evaluate(op *store.Op, e entry, ok bool, now time.Time, nowNs int64) (store.Result, entry) {
+	if op.Algorithm == store.FixedWindow {
+		return evaluateWindow(op, e, ok, now)
+	}
+	p := op.Limit.Params()
+	switch op.Action {
+	case store.Reset:
+		return store.Result{Allowed: true, Remaining: op.Limit.Burst, Applied: ok}, entry{}
+	case store.Refund:
+		if !ok {
+			return store.Result{Remaining: op.Limit.Burst}, entry{}
+		}
+		r := p.Refund(nowNs, e.tat, op.Cost)
+		return store.Result{Allowed: r.Allowed, Remaining: r.Remaining, ResetIn: time.Duration(r.ResetIn)}, entry{tat: r.TAT, exp: r.TAT}
+	default:
+		tat := nowNs
+		if ok {
+			tat = e.tat
+		}
+		r := p.Spend(nowNs, tat, op.Cost)
+		return store.Result{
+			Allowed:   r.Allowed,
+			Remaining: r.Remaining,
+			RetryIn:   time.Duration(r.RetryIn),
+			ResetIn:   time.Duration(r.ResetIn),
+		}, entry{tat: r.TAT, exp: r.TAT}
+	}
+}
+
+func evaluateWindow(op *store.Op, e entry, ok bool, now time.Time) (store.Result, entry) {
+	r, next := windowResult(op, e, ok, now)
+	if !r.Allowed {
+		// Over the limit until the window ends.
+		r.RetryIn = r.ResetIn
+	}
+	return r, next
+}
+
+func windowResult(op *store.Op, e entry, ok bool, now time.Time) (store.Result, entry) {
+	length := int64(op.Window.Length / time.Second)
+	start := window.Start(now, length)
+	var count int64
+	if ok && e.start == start {
+		count = e.count
+	}
+	resetIn := window.ResetIn(now, length)
+	next := entry{start: start, exp: (start + length) * int64(time.Second)}
+	switch op.Action {
+	case store.Reset:
+		return store.Result{Allowed: true, Remaining: op.Window.Limit, ResetIn: resetIn, Applied: ok}, entry{}
+	case store.Refund:
+		after := max(count-op.Cost, 0)
+		h := window.Hit(after, 0, op.Window.Limit)
+		next.count = after
+		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: after}, next
+	case store.Check:
+		h := window.Hit(count, op.Cost, op.Window.Limit)
+		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: count}, next
+	default:
+		h := window.Hit(count, op.Cost, op.Window.Limit)
+		next.count = h.After
+		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: h.After}, next
+	}
+}
+
+// write is what applying an operation does to its bucket.
+type write uint8
+
+const (
+	keep write = iota
+	put
+	remove
+)
+
+// apply decides what op does to its bucket given its result r (which it
+// updates: Applied), and blocked: the batch is all-or-nothing and denied.
+func apply(op *store.Op, r *store.Result, blocked bool) write {
+	w := keep
+	switch {
+	case op.Action == store.Reset:
+		if r.Applied && !blocked {
+			w = remove
+		}
+	case op.Algorithm == store.FixedWindow:
+		// Envoy counts every hit, over the limit or not.
+		if op.Action != store.Check && op.Cost != 0 {
+			w = put
+		}
+	case op.Action == store.Spend || op.Action == store.SpendOnly:
+		if !blocked && r.Allowed && op.Cost != 0 {
+			w = put
+		}
+	case op.Action == store.Refund:
+		if !blocked && r.Allowed {
+			w = put
+		}
+	}
+	r.Applied = w != keep
+	return w
+}
+
+// do carries out w for key. requires sh.mu held.
+func (sh *shard) do(w write, key string, e entry, nowNs int64) {
+	switch w {
+	case put:
+		sh.put(key, e, nowNs)
+	case remove:
+		delete(sh.buckets, key)
+	}
+}
+
+// get returns the live state of key; an expired entry is removed.
+// requires sh.mu held.
+func (sh *shard) get(key string, nowNs int64) (entry, bool) {
+	e, ok := sh.buckets[key]
+	if !ok {
+		return entry{}, false
+	}
+	if e.exp <= nowNs {
+		delete(sh.buckets, key)
+		return entry{}, false
+	}
+	return e, true
+}
+
+// put stores e under key, making room first when the shard is full.
+// requires sh.mu held.
+func (sh *shard) put(key string, e entry, nowNs int64) {
+	if _, ok := sh.buckets[key]; ok {
+		sh.buckets[key] = e
+		return
+	}
+	sh.inserts++
+	if sh.inserts >= sweepEvery {
+		sh.inserts = 0
+		sh.sweep(nowNs, sweepBudget)
+	}
+	if len(sh.buckets) >= sh.max {
+		sh.evict(nowNs)
+	}
+	sh.buckets[key] = e
+}
+
+// sweep examines up to budget entries from a random point and removes the
+// expired ones. requires sh.mu held.
+func (sh *shard) sweep(nowNs int64, budget int) {
+	for k, e := range sh.buckets {
+		if e.exp <= nowNs {
+			delete(sh.buckets, k)
+		}
+		budget--
+		if budget == 0 {
+			return
+		}
+	}
+}
+
+// evict removes one entry: an expired one if the sample holds one, else the
+// one in the sample closest to expiry. requires sh.mu held.
+func (sh *shard) evict(nowNs int64) {
+	var victim string
+	best := int64(0)
+	n := 0
+	for k, e := range sh.buckets {
+		if e.exp <= nowNs {
+			victim = k
+			break
+		}
+		if n == 0 || e.exp < best {
+			victim, best = k, e.exp
+		}
+		n++
+		if n == sampleSize {
+			break
+		}
+	}
+	delete(sh.buckets, victim)
+}
+
+// sortInts sorts a short slice in place (insertion sort: batches are small).
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// dedupe removes repeats from a sorted slice.
+func dedupe(a []int) []int {
+	if len(a) == 0 {
+		return a
+	}
+	n := 1
+	for i := 1; i < len(a); i++ {
+		if a[i] != a[n-1] {
+			a[n] = a[i]
+			n++
+		}
+	}
+	return a[:n]
+}

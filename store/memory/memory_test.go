@@ -1,0 +1,84 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return memory.New(memory.Options{}) })
+}
+
+func TestConformanceWithOneShard(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return memory.New(memory.Options{Shards: 1}) })
+}
+
+func TestEntriesAreBounded(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{Shards: 4, MaxEntries: 100})
+	now := storetest.Base()
+	l := gcra.Limit{Burst: 10, Count: 1, Period: time.Hour}
+	out := make([]store.Result, 1)
+	for i := range 1000 {
+		op := store.Op{Key: fmt.Sprint("k", i), Algorithm: store.GCRA, Action: store.Spend, Limit: l, Cost: 1}
+		if err := s.Do(context.Background(), now, store.Batch{Ops: []store.Op{op}}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Len(); got > 100 {
+		t.Fatalf("got %d entries, want at most 100", got)
+	}
+}
+
+func TestRefilledBucketsAreSwept(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{Shards: 1})
+	now := storetest.Base()
+	l := gcra.Limit{Burst: 10, Count: 10, Period: time.Second}
+	out := make([]store.Result, 1)
+	spend := func(at time.Time, key string) {
+		op := store.Op{Key: key, Algorithm: store.GCRA, Action: store.Spend, Limit: l, Cost: 1}
+		if err := s.Do(context.Background(), at, store.Batch{Ops: []store.Op{op}}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 1000 {
+		spend(now, fmt.Sprint("old", i))
+	}
+	// A second later every old bucket is full again; new inserts sweep them.
+	later := now.Add(time.Second)
+	for i := range 1000 {
+		spend(later, fmt.Sprint("new", i))
+	}
+	if got := s.Len(); got >= 1900 {
+		t.Fatalf("got %d entries, want most of the 1000 refilled ones swept", got)
+	}
+}
+
+func TestBadOperationsAreRefused(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{})
+	bad := []store.Op{
+		{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{}, Cost: 1},
+		{Key: "a", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 1, Length: 1500 * time.Millisecond}, Cost: 1},
+		{Key: "a", Algorithm: 9, Action: store.Spend, Cost: 1},
+		{Key: "a", Algorithm: store.GCRA, Action: 0, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Second}},
+		{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Second}, Cost: -1},
+	}
+	for i, op := range bad {
+		err := s.Do(context.Background(), storetest.Base(), store.Batch{Ops: []store.Op{op}}, make([]store.Result, 1))
+		if err == nil {
+			t.Errorf("op %d: got nil error, want ErrBadBatch", i)
+		}
+	}
+	if err := s.Do(context.Background(), storetest.Base(), store.Batch{Ops: make([]store.Op, 2)}, make([]store.Result, 1)); err == nil {
+		t.Errorf("short output: got nil error, want one")
+	}
+}
