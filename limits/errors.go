@@ -1,0 +1,102 @@
+package limits
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/gcra"
+)
+
+// Sentinel errors for callers to branch on with errors.Is.
+var (
+	// ErrUnknownName reports a limit name that is neither built in nor a
+	// valid user-defined name.
+	ErrUnknownName = errors.New("unknown limit name")
+	// ErrInvalidID reports an id that does not fit its limit's format.
+	ErrInvalidID = errors.New("invalid id")
+	// ErrInvalidLimit reports a burst, count or period that is missing, not
+	// positive, or gives an emission interval under 1ns. It is
+	// gcra.ErrInvalidLimit, so either can be tested for.
+	ErrInvalidLimit = gcra.ErrInvalidLimit
+	// ErrDuplicate reports a name, override or YAML key given twice, or two
+	// user-defined names with the same enum number.
+	ErrDuplicate = errors.New("duplicate")
+	// ErrSyntax reports a file that is not YAML, or whose YAML does not
+	// have the expected shape: unknown or missing keys, wrong node kinds.
+	ErrSyntax = errors.New("malformed limits file")
+)
+
+// Error is one problem found in a limits file. The zero value is an empty
+// error; errors from this package always set Reason and Err.
+type Error struct {
+	File   string // file name as given to the parser; may be empty
+	Line   int    // 1-based line; 0 when unknown
+	Name   string // limit name, when the problem concerns one
+	ID     string // override id, when the problem concerns one
+	Reason string // what is wrong, naming the name, id and rule
+	Err    error  // the sentinel this error wraps, such as ErrInvalidID
+}
+
+// Error returns "file:line: reason", leaving out what is unknown.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	} else if e.Line > 0 {
+		b.WriteString("line ")
+		b.WriteString(strconv.Itoa(e.Line))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap returns the sentinel error e wraps.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorList is every problem found while loading limits, in file and line
+// order. A nil or empty ErrorList is never returned as an error.
+type ErrorList []*Error
+
+// Error returns the errors one per line.
+func (l ErrorList) Error() string {
+	var b strings.Builder
+	for i, e := range l {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the errors, so that errors.Is and errors.As look at each.
+func (l ErrorList) Unwrap() []error {
+	errs := make([]error, len(l))
+	for i, e := range l {
+		errs[i] = e
+	}
+	return errs
+}
+
+// IDError reports an id that breaks its limit's format. It wraps
+// ErrInvalidID.
+type IDError struct {
+	Name string // the limit name
+	ID   string // the id as given
+	Rule string // the rule broken, such as "must be a /48 IPv6 range"
+}
+
+// Error returns `invalid id "…" for Name: rule`.
+func (e *IDError) Error() string {
+	return "invalid id " + strconv.Quote(e.ID) + " for " + e.Name + ": " + e.Rule
+}
+
+// Unwrap returns ErrInvalidID.
+func (e *IDError) Unwrap() error { return ErrInvalidID }

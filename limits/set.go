@@ -1,0 +1,185 @@
+package limits
+
+import (
+	"fmt"
+
+	"github.com/sluice-rl/sluice/gcra"
+)
+
+// Set is an immutable snapshot of defaults and overrides: it answers which
+// limit applies to a name and id. Build one with New or Load. A nil *Set
+// has no defaults and no overrides. A Set is safe for concurrent use; to
+// change limits, build a new Set and swap it in.
+type Set struct {
+	names     map[string]*entry    // built-in names and every name in the files
+	overrides map[string]*Override // by bucket key, interned at load
+	ndefaults int
+}
+
+// entry is what a Set knows about one name.
+type entry struct {
+	name       Name
+	prefix     string // "<enum>:", interned
+	def        gcra.Limit
+	hasDefault bool
+}
+
+// Bucket is the answer of Set.Resolve: the bucket a request is counted in
+// and the limit that applies to it.
+type Bucket struct {
+	// Key is the bucket key, "<enum>:<canonical id>", such as "3:12345678".
+	Key string
+	// Name describes the limit name.
+	Name Name
+	// Limit is the limit that applies; the zero Limit when not Enabled.
+	Limit gcra.Limit
+	// Enabled is false when the name has neither an override for this id
+	// nor a default: the request is allowed without any check.
+	Enabled bool
+	// Override is true when Limit comes from an override, false when it is
+	// the name's default.
+	Override bool
+	// OverrideKey is the key of the override that applies: Key itself, or,
+	// for the regId:… formats, "<enum>:<regId>" when the override is for
+	// the whole account. Empty when Override is false.
+	OverrideKey string
+	// Comment is the override's comment, if any.
+	Comment string
+}
+
+// New combines defaults and overrides, either of which may be nil, into a
+// Set. It fails, with an ErrorList wrapping ErrDuplicate, when two
+// user-defined names in the files share an enum number.
+func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
+	s := &Set{
+		names:     make(map[string]*entry, len(builtins)+defaults.Len()),
+		overrides: make(map[string]*Override, overrides.Len()),
+	}
+	for _, n := range builtins {
+		s.names[n.Text] = &entry{name: n, prefix: enumPrefix(n.Enum)}
+	}
+	var errs ErrorList
+	enums := map[int64]string{}
+	add := func(n Name, file string, line int) *entry {
+		if e, ok := s.names[n.Text]; ok {
+			return e
+		}
+		if other, ok := enums[n.Enum]; ok {
+			errs = append(errs, &Error{File: file, Line: line, Name: n.Text, Reason: collision(other, n), Err: ErrDuplicate})
+			return nil
+		}
+		enums[n.Enum] = n.Text
+		e := &entry{name: n, prefix: enumPrefix(n.Enum)}
+		s.names[n.Text] = e
+		return e
+	}
+	if defaults != nil {
+		for _, d := range defaults.list {
+			if e := add(d.Name, d.File, d.Line); e != nil {
+				e.def, e.hasDefault = d.Limit, true
+				s.ndefaults++
+			}
+		}
+	}
+	if overrides != nil {
+		for i := range overrides.list {
+			o := &overrides.list[i]
+			if add(o.Name, o.File, o.Line) == nil {
+				continue
+			}
+			if first, dup := s.overrides[o.Key]; dup {
+				// Only possible for Overrides not built by ParseOverrides.
+				errs = append(errs, &Error{File: o.File, Line: o.Line, Name: o.Name.Text, ID: o.ID, Err: ErrDuplicate,
+					Reason: fmt.Sprintf("duplicate override for %s id %q (bucket key %s), first at line %d", o.Name.Text, o.ID, o.Key, first.Line)})
+				continue
+			}
+			s.overrides[o.Key] = o
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return s, nil
+}
+
+// Load reads the defaults file and the overrides file and combines them
+// into a Set. An empty path skips that file.
+func Load(defaultsPath, overridesPath string) (*Set, error) {
+	var (
+		d   *Defaults
+		o   *Overrides
+		err error
+	)
+	if defaultsPath != "" {
+		if d, err = LoadDefaults(defaultsPath); err != nil {
+			return nil, err
+		}
+	}
+	if overridesPath != "" {
+		if o, err = LoadOverrides(overridesPath); err != nil {
+			return nil, err
+		}
+	}
+	return New(d, o)
+}
+
+// Resolve returns the bucket for the natural id of the limit name (see
+// BucketKey) and the limit that applies to it: an override for the bucket,
+// else (for the regId:… formats) an override for the account, else the
+// name's default, else none, and then the bucket is not Enabled. An unknown
+// name is an error wrapping ErrUnknownName; a malformed id is an *IDError
+// wrapping ErrInvalidID.
+func (s *Set) Resolve(name, id string) (Bucket, error) {
+	var e *entry
+	if s != nil {
+		e = s.names[name]
+	}
+	if e == nil {
+		n, err := ParseName(name)
+		if err != nil {
+			return Bucket{}, err
+		}
+		e = &entry{name: n, prefix: enumPrefix(n.Enum)}
+	}
+	var buf [160]byte
+	dst := append(buf[:0], e.prefix...)
+	dst, acct, rule := appendNatural(dst, e.name.Format, id)
+	if rule != "" {
+		return Bucket{}, &IDError{Name: name, ID: id, Rule: rule}
+	}
+	b := Bucket{Key: string(dst), Name: e.name}
+	if s != nil {
+		o, ok := s.overrides[b.Key]
+		if !ok && acct >= 0 {
+			o, ok = s.overrides[b.Key[:acct]]
+		}
+		if ok {
+			b.Limit, b.Enabled, b.Override = o.Limit, true, true
+			b.OverrideKey, b.Comment = o.Key, o.Comment
+			return b, nil
+		}
+	}
+	if e.hasDefault {
+		b.Limit, b.Enabled = e.def, true
+	}
+	return b, nil
+}
+
+// Default returns the default limit of name, if the Set has one.
+func (s *Set) Default(name string) (gcra.Limit, bool) {
+	if s == nil {
+		return gcra.Limit{}, false
+	}
+	if e, ok := s.names[name]; ok && e.hasDefault {
+		return e.def, true
+	}
+	return gcra.Limit{}, false
+}
+
+// Len returns the number of defaults and of overrides in the Set.
+func (s *Set) Len() (defaults, overrides int) {
+	if s == nil {
+		return 0, 0
+	}
+	return s.ndefaults, len(s.overrides)
+}
