@@ -52,10 +52,12 @@ func (l ErrorList) Unwrap() []error {
 
 // Limits on what one file may make the parser do, so that a hostile file
 // (aliases that expand exponentially, or refer to their own ancestors)
-// fails quickly instead of exhausting memory or the stack.
+// fails quickly instead of exhausting memory or the stack. A file without
+// aliases has fewer YAML nodes than bytes, so the node budget, twice the
+// file's size, only ever stops alias expansion.
 const (
-	maxNodes = 1 << 20 // YAML nodes visited, aliases expanded
-	maxDepth = 64      // levels of nested descriptors
+	minNodes = 1024 // the node budget of a tiny file
+	maxDepth = 64   // levels of nested descriptors
 )
 
 // Parse reads one configuration file: a domain and its descriptors.
@@ -66,7 +68,7 @@ func Parse(filename string, data []byte) (*Domain, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, ErrorList{yamlError(filename, err)}
 	}
-	p := &parser{file: filename, budget: maxNodes}
+	p := &parser{file: filename, budget: minNodes + 2*len(data)}
 	d := p.file1(&doc)
 	if len(p.errs) > 0 {
 		return nil, p.errs
@@ -114,7 +116,7 @@ func (p *parser) deref(n *yaml.Node) *yaml.Node {
 	}
 	if p.budget--; p.budget < 0 {
 		p.broke = true
-		p.errorf(n, "file too large or too many aliases (more than %d nodes)", maxNodes)
+		p.errorf(n, "aliases expand to too many nodes")
 		return nil
 	}
 	return n
@@ -210,8 +212,13 @@ func (p *parser) uint32(n *yaml.Node, name string, lo int64) uint32 {
 	if isNull(n) {
 		return 0
 	}
-	var v int64
-	if n.Kind != yaml.ScalarNode || n.Decode(&v) != nil {
+	var (
+		v int64
+		f float64
+	)
+	// The YAML decoder would truncate 1.5 to 1; a fraction is a mistake.
+	fraction := n.Tag == "!!float" && (n.Decode(&f) != nil || f != math.Trunc(f))
+	if n.Kind != yaml.ScalarNode || fraction || n.Decode(&v) != nil {
 		p.errorf(n, "invalid %s %s, must be a whole number", name, describe(n))
 		return 0
 	}
