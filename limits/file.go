@@ -148,6 +148,7 @@ func ParseDefaults(filename string, data []byte) (*Defaults, error) {
 // list form gives ids to each entry; an id is a string (or a number) or a
 // map {id, comment}:
 //
+//	# overrides.yaml, list form
 //	- NewOrdersPerAccount:
 //	    burst: 300
 //	    count: 600
@@ -431,7 +432,7 @@ func (p *parser) limit(v, k *yaml.Node, name, id, subject string, withIDs bool) 
 			return 0
 		}
 		var x int64
-		if n.Kind != yaml.ScalarNode || n.Decode(&x) != nil {
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&x) != nil {
 			p.add(n.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid %s %s for %s, must be an integer", field, kind(n), subject))
 			ok = false
 			return 0
@@ -454,7 +455,7 @@ func (p *parser) limit(v, k *yaml.Node, name, id, subject string, withIDs bool) 
 			p.add(period.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid period %s for %s, must be > 0", d, subject))
 			ok = false
 		case lim.Count > 0 && int64(d)/lim.Count <= 0:
-			p.add(period.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid period %s for count %d for %s, the emission interval period/count must be at least 1ns", d, lim.Count, subject))
+			p.add(period.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid period %s for %s with count %d, the emission interval period/count must be at least 1ns", d, subject, lim.Count))
 			ok = false
 		}
 		lim.Period = d
@@ -488,6 +489,14 @@ func (p *parser) ids(list *yaml.Node, n Name) []Override {
 		case yaml.ScalarNode:
 			id = item
 		case yaml.MappingNode:
+			if len(item.Content) == 2 {
+				k, v := deref(item.Content[0]), deref(item.Content[1])
+				if k.Kind == yaml.ScalarNode && k.Value != "id" && k.Value != "comment" && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+					// "- 2001:db8::" reads as the map {"2001:db8:": null}.
+					p.errorf(k, n.Text, k.Value+":", ErrSyntax, "id %q of %s must be quoted: YAML reads an id ending in ':' as a map key", k.Value+":", n.Text)
+					continue
+				}
+			}
 			bad := false
 			p.mapping(item, "id of "+n.Text, func(k, v *yaml.Node) {
 				switch k.Value {
