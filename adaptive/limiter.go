@@ -565,4 +565,3 @@ func (l *Limiter) Keys() int { return int(l.keys.Load()) }
 func retryAfterSeconds(d time.Duration) int64 {
 	return max(1, int64(math.Ceil(d.Seconds())))
 }
-

@@ -3,29 +3,35 @@ package adaptive
 import (
 	"context"
 	"math"
-	"sync"
+	"strconv"
 	"time"
 
 	"github.com/sluice-rl/sluice/store"
 )
 
 // sharedState keeps the windows in a store.Store so that several proxies
-// share them. Each slot of a key's window is four fixed-window buckets of
-// one slot's length: admitted count, latency samples, latency sum (ms) and
-// upstream errors. The limiter keeps a local mirror of the window (the
-// entry's ring) and refreshes it from the store:
+// share them. Slot j of a key's window is four fixed-window buckets whose
+// keys name the slot: "<prefix><key>|<j>|n" (admitted count), "|s"
+// (latency samples), "|l" (latency sum, ms) and "|e" (upstream errors).
 //
-//   - on every request, the current slot (one batch of four Check ops of
-//     cost 0);
-//   - when the slot has moved on since the last refresh, the slots that
-//     completed meanwhile, each in its own batch at that slot's time (the
-//     store adds the window start to the key from the batch's now);
-//   - for a key this process has not seen, the whole window once.
+// The store aligns a fixed window to the Unix epoch from the batch's now
+// and forgets the bucket when that window ends. So every operation on slot
+// j passes the same now, the start of the epoch-aligned window of length
+// span (window + one slot) that ends after slot j has left the sliding
+// window: the bucket is found by every reader and lives at least as long
+// as it is needed, and at most about three windows. This needs a store that
+// uses the caller's now (the memory store, or Redis without its server
+// clock).
 //
-// Admitted requests are then spent (Cost 1), latencies added (Cost = ms)
-// after the decision, so two proxies deciding at the same instant may both
-// admit the last request of a window: the shared count may overshoot by
-// about the number of proxies. On a store error the mirror decides alone.
+// The limiter keeps a local mirror of each window (the entry's ring) and
+// refreshes it: on every request the current slot (one batch of four Check
+// ops of cost 0); when the slot has moved on, the slots that completed
+// since the last refresh; for a key this process has not seen, the whole
+// window once (slots are read in one batch per span, at most three).
+// Admitted requests are then spent (Cost 1) and latencies added (Cost =
+// ms), so two proxies deciding at the same instant may both admit the last
+// request of a window: the shared count may overshoot by about the number
+// of proxies. On a store error the mirror decides alone.
 type sharedState struct {
 	st      store.Store
 	prefix  string
@@ -33,32 +39,65 @@ type sharedState struct {
 }
 
 // The four buckets of a slot, as key suffixes.
+var bucketSuffixes = [4]string{"|n", "|s", "|l", "|e"}
+
 const (
-	bucketCount   = ":n"
-	bucketSamples = ":s"
-	bucketLatency = ":l"
-	bucketErrors  = ":e"
+	bucketCount = iota
+	bucketSamples
+	bucketLatency
+	bucketErrors
 )
 
-func (s *sharedState) ops(l *Limiter, key string, action store.Action) [4]store.Op {
-	w := store.Window{Limit: math.MaxInt64, Length: time.Duration(l.slotNs)}
-	base := s.prefix + key
-	var ops [4]store.Op
-	for i, suffix := range [4]string{bucketCount, bucketSamples, bucketLatency, bucketErrors} {
-		ops[i] = store.Op{Key: base + suffix, Algorithm: store.FixedWindow, Action: action, Window: w}
-	}
-	return ops
+// spanSec is the store windows' length in seconds: the sliding window plus
+// one slot. requires store mode (slots of whole seconds).
+func (l *Limiter) spanSec() int64 {
+	return (l.slotNs*int64(l.nslots) + l.slotNs) / int64(time.Second)
 }
 
-// readSlot reads slot i of key from the store.
-func (s *sharedState) readSlot(ctx context.Context, l *Limiter, key string, i int64) (slot, error) {
-	ops := s.ops(l, key, store.Check)
-	var out [4]store.Result
-	at := time.Unix(0, i*l.slotNs)
-	if err := s.st.Do(ctx, at, store.Batch{Ops: ops[:]}, out[:]); err != nil {
-		return slot{}, err
+// slotNow is the now every store operation on slot j passes (see
+// sharedState).
+func (l *Limiter) slotNow(j int64) time.Time {
+	span := l.spanSec()
+	leaves := (j*l.slotNs + l.slotNs*int64(l.nslots)) / int64(time.Second)
+	return time.Unix(leaves/span*span, 0)
+}
+
+// ops appends slot j's four operations on key to dst.
+func (s *sharedState) ops(dst []store.Op, l *Limiter, key string, j int64, action store.Action) []store.Op {
+	w := store.Window{Limit: math.MaxInt64, Length: time.Duration(l.spanSec()) * time.Second}
+	base := s.prefix + key + "|" + strconv.FormatInt(j, 10)
+	for _, suffix := range bucketSuffixes {
+		dst = append(dst, store.Op{Key: base + suffix, Algorithm: store.FixedWindow, Action: action, Window: w})
 	}
-	return slot{count: out[0].Count, samples: out[1].Count, latNs: out[2].Count * int64(time.Millisecond), errors: out[3].Count}, nil
+	return dst
+}
+
+// readSlots reads slots from..to (inclusive) of key, one batch per
+// distinct slotNow.
+func (s *sharedState) readSlots(ctx context.Context, l *Limiter, key string, from, to int64) ([]slot, error) {
+	out := make([]slot, 0, to-from+1)
+	for j := from; j <= to; {
+		at := l.slotNow(j)
+		first := j
+		var ops []store.Op
+		for ; j <= to && l.slotNow(j).Equal(at); j++ {
+			ops = s.ops(ops, l, key, j, store.Check)
+		}
+		res := make([]store.Result, len(ops))
+		if err := s.st.Do(ctx, at, store.Batch{Ops: ops}, res); err != nil {
+			return nil, err
+		}
+		for k := range j - first {
+			r := res[4*k : 4*k+4]
+			out = append(out, slot{
+				count:   r[bucketCount].Count,
+				samples: r[bucketSamples].Count,
+				latNs:   r[bucketLatency].Count * int64(time.Millisecond),
+				errors:  r[bucketErrors].Count,
+			})
+		}
+	}
+	return out, nil
 }
 
 // sync refreshes e's mirror from the store: the current slot, and the
@@ -79,72 +118,59 @@ func (s *sharedState) sync(parent context.Context, l *Limiter, e *entry, cur int
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.timeout)
 	defer cancel()
-	slots := make([]slot, cur-from+1)
-	errs := make([]error, len(slots))
-	var wg sync.WaitGroup
-	for i := from; i < cur; i++ {
-		wg.Go(func() { slots[i-from], errs[i-from] = s.readSlot(ctx, l, e.key, i) })
-	}
-	slots[cur-from], errs[cur-from] = s.readSlot(ctx, l, e.key, cur)
-	wg.Wait()
+	slots, err := s.readSlots(ctx, l, e.key, from, cur)
 
 	e.mu.Lock()
-	e.ring.advance(cur)
-	failed := false
-	for j, v := range slots {
-		if errs[j] != nil {
-			failed = true
-			continue
-		}
-		e.ring.setAt(from+int64(j), v)
-	}
-	if failed {
+	if err != nil {
 		e.synced = -1 // read the whole window again next time
+	} else {
+		e.ring.advance(cur)
+		for j, v := range slots {
+			e.ring.setAt(from+int64(j), v)
+		}
 	}
 	e.mu.Unlock()
-	if failed {
-		l.storeError(errs)
+	if err != nil {
+		l.storeError(err)
 	}
 }
 
 // spend adds an admitted request to the current slot's count.
 func (s *sharedState) spend(parent context.Context, l *Limiter, e *entry, cur int64) {
-	ops := s.ops(l, e.key, store.Spend)
-	ops[0].Cost = 1
-	s.do(parent, l, time.Unix(0, cur*l.slotNs), ops[:1])
+	var buf [4]store.Op
+	ops := s.ops(buf[:0], l, e.key, cur, store.Spend)
+	ops[bucketCount].Cost = 1
+	s.do(parent, l, cur, ops[bucketCount:bucketCount+1])
 }
 
 // record adds a latency sample, or an upstream error, to the slot of now.
 func (s *sharedState) record(l *Limiter, e *entry, now time.Time, cur int64, lat time.Duration, upstreamErr bool) {
-	ops := s.ops(l, e.key, store.Spend)
+	var buf [4]store.Op
+	ops := s.ops(buf[:0], l, e.key, cur, store.Spend)
 	if upstreamErr {
-		ops[3].Cost = 1
-		s.do(context.Background(), l, now, ops[3:])
+		ops[bucketErrors].Cost = 1
+		s.do(context.Background(), l, cur, ops[bucketErrors:])
 		return
 	}
-	ops[1].Cost = 1
-	ops[2].Cost = int64(math.Round(float64(lat) / float64(time.Millisecond)))
-	s.do(context.Background(), l, now, ops[1:3])
+	ops[bucketSamples].Cost = 1
+	ops[bucketLatency].Cost = int64(math.Round(float64(lat) / float64(time.Millisecond)))
+	s.do(context.Background(), l, cur, ops[bucketSamples:bucketLatency+1])
 }
 
-func (s *sharedState) do(parent context.Context, l *Limiter, now time.Time, ops []store.Op) {
+// do applies ops, all on slot j, within the store timeout.
+func (s *sharedState) do(parent context.Context, l *Limiter, j int64, ops []store.Op) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.timeout)
 	defer cancel()
-	out := make([]store.Result, len(ops))
-	if err := s.st.Do(ctx, now, store.Batch{Ops: ops}, out); err != nil {
-		l.storeError([]error{err})
+	var buf [4]store.Result
+	if err := s.st.Do(ctx, l.slotNow(j), store.Batch{Ops: ops}, buf[:len(ops)]); err != nil {
+		l.storeError(err)
 	}
 }
 
-// storeError counts and logs the first of errs that is not nil.
-func (l *Limiter) storeError(errs []error) {
-	for _, err := range errs {
-		if err != nil {
-			if l.m != nil {
-				l.m.storeErrors.Inc()
-			}
-			l.log.Warn("adaptive: store call failed; deciding from the local view", "err", err)
-			return
-		}
+// storeError counts and logs a failed store call.
+func (l *Limiter) storeError(err error) {
+	if l.m != nil {
+		l.m.storeErrors.Inc()
 	}
+	l.log.Warn("adaptive: store call failed; deciding from the local view", "err", err)
 }
