@@ -36,6 +36,16 @@ func OverrideKey(name, id string) (string, error) {
 	return enumPrefix(n.Enum) + k, nil
 }
 
+// Validate reports whether id is a valid override id in format f, in
+// canonical form; see ValidateID, which also checks the name. The error is
+// an *IDError whose Name is the format's name, wrapping ErrInvalidID.
+func (f Format) Validate(id string) error {
+	if _, rule := overrideID(f, id); rule != "" {
+		return &IDError{Name: f.String(), ID: id, Rule: rule}
+	}
+	return nil
+}
+
 // BucketKey returns the bucket key for the natural id of name, the
 // identifier a caller has at hand: an IP address, an account id, a domain, a
 // comma-separated set of identifiers, or "regId:domain". The id is

@@ -246,3 +246,38 @@ func TestOverrideKeyMatchesBucketKey(t *testing.T) {
 		})
 	}
 }
+
+func TestFormatValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc    string
+		format  Format
+		id      string
+		wantErr string
+	}{
+		{desc: "an FQDN is a valid identValue", format: FormatIdentValue, id: "www.example.com"},
+		{desc: "an IPv4 address is a valid identValue", format: FormatIdentValue, id: "192.168.1.1"},
+		{desc: "an IPv6 address is a valid identValue", format: FormatIdentValue, id: "2001:db8:eeee::1"},
+		{desc: "a non-canonical IPv6 identValue is rejected", format: FormatIdentValue, id: "2001:db8:eeee:0::1", wantErr: `invalid id "2001:db8:eeee:0::1" for identValue: must be in canonical form "2001:db8:eeee::1"`},
+		{desc: "an identValue with an upper-case letter is rejected", format: FormatIdentValue, id: "WWW.example.com", wantErr: "domain must be lower case"},
+		{desc: "an empty identValue is rejected", format: FormatIdentValue, id: "", wantErr: `invalid id "" for identValue: must not be empty`},
+		{desc: "a /48 is a valid ipv6RangeCIDR", format: FormatIPv6Range, id: "2001:db8::/48"},
+		{desc: "a /47 is not a valid ipv6RangeCIDR", format: FormatIPv6Range, id: "2001:db8::/47", wantErr: `invalid id "2001:db8::/47" for ipv6RangeCIDR: must be a /48 IPv6 range`},
+		{desc: "the zero format accepts nothing", format: 0, id: "x", wantErr: "has an unknown format Format(0)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			err := tt.format.Validate(tt.id)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Errorf("got %v, want no error", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, ErrInvalidID) {
+				t.Errorf("got %v, want an ErrInvalidID error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -9,15 +9,15 @@ import (
 // The built-in limit names, Boulder's, for use with Set.Resolve and the other
 // functions that take a name.
 const (
-	NewRegistrationsPerIPAddress                      = "NewRegistrationsPerIPAddress"
-	NewRegistrationsPerIPv6Range                      = "NewRegistrationsPerIPv6Range"
-	NewOrdersPerAccount                               = "NewOrdersPerAccount"
-	FailedAuthorizationsPerDomainPerAccount           = "FailedAuthorizationsPerDomainPerAccount"
-	CertificatesPerDomain                             = "CertificatesPerDomain"
-	CertificatesPerDomainPerAccount                   = "CertificatesPerDomainPerAccount"
-	CertificatesPerFQDNSet                            = "CertificatesPerFQDNSet"
-	FailedAuthorizationsForPausingPerDomainPerAccount = "FailedAuthorizationsForPausingPerDomainPerAccount"
-	LimitOverrideRequestsPerIPAddress                 = "LimitOverrideRequestsPerIPAddress"
+	NewRegistrationsPerIPAddress                      = "NewRegistrationsPerIPAddress"                      // enum 1, ipAddress
+	NewRegistrationsPerIPv6Range                      = "NewRegistrationsPerIPv6Range"                      // enum 2, ipv6RangeCIDR
+	NewOrdersPerAccount                               = "NewOrdersPerAccount"                               // enum 3, regId
+	FailedAuthorizationsPerDomainPerAccount           = "FailedAuthorizationsPerDomainPerAccount"           // enum 4, regId:identValue
+	CertificatesPerDomain                             = "CertificatesPerDomain"                             // enum 5, domainOrCIDR
+	CertificatesPerDomainPerAccount                   = "CertificatesPerDomainPerAccount"                   // enum 6, regId:domainOrCIDR
+	CertificatesPerFQDNSet                            = "CertificatesPerFQDNSet"                            // enum 7, fqdnSet
+	FailedAuthorizationsForPausingPerDomainPerAccount = "FailedAuthorizationsForPausingPerDomainPerAccount" // enum 8, regId:identValue
+	LimitOverrideRequestsPerIPAddress                 = "LimitOverrideRequestsPerIPAddress"                 // enum 9, ipAddress
 
 	// CertificatesPerFQDNSetPerAccount is the older Boulder README's name; it
 	// is accepted with the enum number LegacyFQDNSetPerAccountEnum.
