@@ -28,6 +28,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "sluice %s %s\n", version, goVersion())
 		return 0
+	case "serve":
+		return serve(args[1:], stdout, stderr)
+	case "check":
+		return check(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,352 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+// App is one running Sluice service. Create it with New, then Start (or
+// Run); it is safe for concurrent use.
+type App struct {
+	opts     Options
+	log      *slog.Logger
+	clock    clock.Clock
+	registry *prometheus.Registry
+
+	store   store.Store
+	limiter *limiter.Limiter
+	rls     *server.RLS
+	health  *health.Server
+
+	reloads    *prometheus.CounterVec
+	lastReload *prometheus.GaugeVec
+
+	reloadMu sync.Mutex // serialises reloads
+
+	grpcServer  *grpc.Server
+	httpServer  *http.Server
+	debugServer *http.Server
+	listeners   []net.Listener
+	grpcLn      net.Listener
+	httpLn      net.Listener
+	debugLn     net.Listener
+
+	stopWatch func()
+}
+
+// NewLogger builds the logger the options ask for, writing to w.
+func NewLogger(o Options, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(o.LogLevel))
+	ho := &slog.HandlerOptions{Level: level}
+	if o.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho))
+	}
+	return slog.New(slog.NewTextHandler(w, ho))
+}
+
+// New builds the service from o: it loads every configuration file (a bad
+// one is an error here; later reloads keep the running set) and connects
+// the store. clk may be nil for the real clock.
+func New(o Options, log *slog.Logger, clk clock.Clock) (*App, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if clk == nil {
+		clk = clock.New()
+	}
+	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry()}
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "sluice", Name: "config_reloads_total",
+		Help: "Configuration loads by kind and result. Label kind: descriptors, limits. Label result: success, failure.",
+	}, []string{"kind", "result"})
+	a.lastReload = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "sluice", Name: "config_last_reload_successful",
+		Help: "1 if the last load of the configuration kind succeeded, 0 if it failed and the previous one is still in use. Label kind: descriptors, limits.",
+	}, []string{"kind"})
+	a.registry.MustRegister(a.reloads, a.lastReload)
+
+	st, err := a.newStore()
+	if err != nil {
+		return nil, err
+	}
+	a.store = st
+	a.limiter = limiter.New(st, clk)
+	a.rls = server.NewRLS(server.RLSOptions{
+		Limiter:          a.limiter,
+		Metrics:          server.NewMetrics(a.registry),
+		NearLimitRatio:   o.NearLimitRatio,
+		GlobalShadowMode: o.GlobalShadowMode,
+		ResponseHeaders:  o.ResponseHeaders,
+		Logger:           log,
+	})
+	if err := a.loadDescriptors(); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) newStore() (store.Store, error) {
+	switch a.opts.Store {
+	case "memory":
+		return memory.New(memory.Options{MaxEntries: a.opts.MemoryMaxEntries}), nil
+	}
+	return nil, fmt.Errorf("--store %s: not available in this build", a.opts.Store)
+}
+
+// Registry returns the service's metrics registry.
+func (a *App) Registry() *prometheus.Registry { return a.registry }
+
+// Limiter returns the service's limiter.
+func (a *App) Limiter() *limiter.Limiter { return a.limiter }
+
+// RLS returns the Envoy rate limit service.
+func (a *App) RLS() *server.RLS { return a.rls }
+
+// loadDescriptors (re)loads the descriptor configuration and swaps it in
+// when valid.
+func (a *App) loadDescriptors() error {
+	if a.opts.ConfigPath == "" {
+		if a.rls.Config() == nil {
+			cfg, _ := descriptors.New()
+			a.rls.SetConfig(cfg)
+		}
+		return nil
+	}
+	cfg, err := descriptors.Load(a.opts.ConfigPath)
+	if err != nil {
+		a.reloads.WithLabelValues("descriptors", "failure").Inc()
+		a.lastReload.WithLabelValues("descriptors").Set(0)
+		return fmt.Errorf("load descriptor config %s: %w", a.opts.ConfigPath, err)
+	}
+	a.rls.SetConfig(cfg)
+	a.reloads.WithLabelValues("descriptors", "success").Inc()
+	a.lastReload.WithLabelValues("descriptors").Set(1)
+	a.log.Info("descriptor config loaded", "path", a.opts.ConfigPath, "domains", len(cfg.Domains()))
+	return nil
+}
+
+// Reload re-reads every configuration file. A file that fails to load is
+// logged and leaves the running configuration in place; the error is
+// returned too.
+func (a *App) Reload() error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	var errs []error
+	if err := a.loadDescriptors(); err != nil {
+		a.log.Error("config reload failed, keeping the running config", "err", err)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Ready reports whether the service can answer: a configuration is loaded
+// and the store answers.
+func (a *App) Ready(ctx context.Context) error {
+	if a.rls.Config() == nil {
+		return errors.New("no configuration loaded")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := a.store.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// Start listens on the configured addresses and serves in the background.
+// An address of ":0" picks a free port; the Addr methods tell which.
+func (a *App) Start() error {
+	listen := func(addr string) (net.Listener, error) {
+		if addr == "" || addr == "off" {
+			return nil, nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		a.listeners = append(a.listeners, ln)
+		return ln, nil
+	}
+	var err error
+	if a.grpcLn, err = listen(a.opts.GRPCAddr); err != nil {
+		a.closeListeners()
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	if a.httpLn, err = listen(a.opts.HTTPAddr); err != nil {
+		a.closeListeners()
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	if a.debugLn, err = listen(a.opts.DebugAddr); err != nil {
+		a.closeListeners()
+		return fmt.Errorf("--debug-addr: %w", err)
+	}
+
+	a.health = health.NewServer()
+	a.grpcServer = grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
+	healthpb.RegisterHealthServer(a.grpcServer, a.health)
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	a.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	mux := http.NewServeMux()
+	mux.Handle("/json", server.JSONHandler(a.rls))
+	mux.Handle("GET /healthcheck", server.HealthHandler(a.Ready))
+	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.debugServer = &http.Server{
+		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+
+	if a.grpcLn != nil {
+		go func() { _ = a.grpcServer.Serve(a.grpcLn) }()
+	}
+	if a.httpLn != nil {
+		go func() { _ = a.httpServer.Serve(a.httpLn) }()
+	}
+	if a.debugLn != nil {
+		go func() { _ = a.debugServer.Serve(a.debugLn) }()
+	}
+	stop, err := a.watch()
+	if err != nil {
+		a.log.Warn("config files will not be watched; reload with SIGHUP", "err", err)
+	}
+	a.stopWatch = stop
+	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "store", a.opts.Store)
+	return nil
+}
+
+func (a *App) closeListeners() {
+	for _, ln := range a.listeners {
+		_ = ln.Close()
+	}
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// GRPCAddr is the gRPC listener's address once started.
+func (a *App) GRPCAddr() string { return addrOf(a.grpcLn) }
+
+// HTTPAddr is the HTTP listener's address once started.
+func (a *App) HTTPAddr() string { return addrOf(a.httpLn) }
+
+// DebugAddr is the debug listener's address once started.
+func (a *App) DebugAddr() string { return addrOf(a.debugLn) }
+
+// Shutdown stops accepting calls, lets in-flight ones finish until ctx
+// ends, then closes the store.
+func (a *App) Shutdown(ctx context.Context) error {
+	if a.stopWatch != nil {
+		a.stopWatch()
+	}
+	if a.health != nil {
+		a.health.Shutdown()
+	}
+	var wg sync.WaitGroup
+	var errs []error
+	var mu sync.Mutex
+	addErr := func(err error) {
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	}
+	if a.grpcServer != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { a.grpcServer.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				a.grpcServer.Stop()
+				addErr(fmt.Errorf("grpc: in-flight calls cut off: %w", ctx.Err()))
+			}
+		}()
+	}
+	for _, s := range []*http.Server{a.httpServer, a.debugServer} {
+		if s == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Shutdown(ctx); err != nil {
+				_ = s.Close()
+				addErr(err)
+			}
+		}()
+	}
+	wg.Wait()
+	addErr(a.store.Close())
+	return errors.Join(errs...)
+}
+
+// Run starts the service and serves until ctx is done or the process gets
+// SIGINT or SIGTERM, then shuts down within the shutdown timeout. SIGHUP
+// reloads the configuration.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.Start(); err != nil {
+		_ = a.store.Close()
+		return err
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case <-ctx.Done():
+			return a.shutdownWithTimeout()
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				a.log.Info("SIGHUP: reloading configuration")
+				_ = a.Reload()
+				continue
+			}
+			a.log.Info("shutting down", "signal", sig.String())
+			return a.shutdownWithTimeout()
+		}
+	}
+}
+
+func (a *App) shutdownWithTimeout() error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownTimeout)
+	defer cancel()
+	return a.Shutdown(ctx)
+}

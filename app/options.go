@@ -1,0 +1,244 @@
+// Package app wires Sluice together: options and their defaults, the store,
+// the limiter, the gRPC, HTTP and debug servers, configuration reloads and
+// graceful shutdown. Tests and other programs embed the whole service
+// through it; cmd/sluice is a thin shell around it.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configure a Sluice service. Every field has a command-line flag
+// and an environment variable (SLUICE_ plus the flag name in upper case
+// with dashes as underscores: --grpc-addr is SLUICE_GRPC_ADDR); a flag
+// given on the command line wins over the variable.
+type Options struct {
+	// ConfigPath is a descriptor config file or a directory of *.yaml/*.yml
+	// domain files (dotfiles ignored). Empty: no Envoy domains.
+	ConfigPath string
+	// GRPCAddr, HTTPAddr and DebugAddr are listen addresses. Defaults
+	// :8081, :8080 and 127.0.0.1:6070 (envoyproxy/ratelimit's ports).
+	GRPCAddr, HTTPAddr, DebugAddr string
+	// Store is the backend: "memory" (default) or "redis".
+	Store string
+	// MemoryMaxEntries bounds the memory store's buckets; default 4194304.
+	MemoryMaxEntries int
+	// LogLevel is debug, info (default), warn or error; LogFormat is text
+	// (default) or json.
+	LogLevel, LogFormat string
+
+	// GlobalShadowMode answers OK to every Envoy request while counting.
+	GlobalShadowMode bool
+	// ResponseHeaders adds RateLimit-Limit/Remaining/Reset headers to Envoy
+	// responses.
+	ResponseHeaders bool
+	// NearLimitRatio is the share of a limit past which hits count as near
+	// the limit in metrics; default 0.8, range (0, 1].
+	NearLimitRatio float64
+	// ReloadDelay coalesces bursts of file changes into one reload; default
+	// 250ms.
+	ReloadDelay time.Duration
+
+	// LimitsPath and OverridesPath are the key-value limits' defaults and
+	// overrides files (Boulder's formats). Empty: no key-value limits.
+	LimitsPath, OverridesPath string
+
+	// ShutdownTimeout bounds how long in-flight calls may run after a stop
+	// signal; default 10s.
+	ShutdownTimeout time.Duration
+
+	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
+	// optional client CA file that turns on mutual TLS. Certificates are
+	// reloaded when the files change.
+	TLSCert, TLSKey, TLSClientCA string
+
+	// Redis settings, used with Store "redis".
+	Redis RedisOptions
+	// OnStoreError says what to answer while the store fails: error
+	// (default), allow, deny, or local (fall back to an in-memory store).
+	OnStoreError string
+}
+
+// RedisOptions are the --redis-* flags.
+type RedisOptions struct {
+	Addrs        []string      // --redis-addr, one or more host:port, comma-separated
+	Mode         string        // --redis-mode single (default), cluster or sentinel
+	MasterName   string        // --redis-master, the Sentinel master name
+	Username     string        // --redis-username, an ACL user
+	PasswordFile string        // --redis-password-file; the password is never logged
+	TLS          bool          // --redis-tls
+	TLSCA        string        // --redis-tls-ca
+	TLSCert      string        // --redis-tls-cert
+	TLSKey       string        // --redis-tls-key
+	TLSInsecure  bool          // --redis-tls-insecure-skip-verify, for tests only
+	Timeout      time.Duration // --redis-timeout, default 100ms
+	KeyPrefix    string        // --redis-key-prefix
+	Clock        string        // --redis-clock local (default) or server
+	EnvoyKeys    bool          // --redis-envoy-keys: envoyproxy/ratelimit's window commands and keys
+}
+
+// Defaults returns the options with every default set.
+func Defaults() Options {
+	return Options{
+		GRPCAddr:        ":8081",
+		HTTPAddr:        ":8080",
+		DebugAddr:       "127.0.0.1:6070",
+		Store:           "memory",
+		LogLevel:        "info",
+		LogFormat:       "text",
+		NearLimitRatio:  0.8,
+		ReloadDelay:     250 * time.Millisecond,
+		ShutdownTimeout: 10 * time.Second,
+		OnStoreError:    "error",
+		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local"},
+	}
+}
+
+// ErrHelp is returned by ParseServe when -h or --help was given.
+var ErrHelp = flag.ErrHelp
+
+// ParseServe reads the serve command's flags from args, falling back to the
+// environment (getenv) for flags not given, on top of Defaults. Usage
+// goes to out.
+func ParseServe(args []string, getenv func(string) string, out io.Writer) (Options, error) {
+	o := Defaults()
+	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.ConfigPath, "config", o.ConfigPath, "descriptor config file or directory of *.yaml domain files")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address (RLS v3 and sluice.v1)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP listen address (/json, /v1/*, /healthcheck)")
+	fs.StringVar(&o.DebugAddr, "debug-addr", o.DebugAddr, "debug listen address (/metrics, /rlconfig, /debug/pprof/)")
+	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory or redis")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", o.MemoryMaxEntries, "bound on buckets kept by the memory store (0: 4194304)")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
+	fs.BoolVar(&o.GlobalShadowMode, "global-shadow-mode", o.GlobalShadowMode, "answer OK to every request while still counting")
+	fs.BoolVar(&o.ResponseHeaders, "response-headers", o.ResponseHeaders, "add RateLimit-Limit/Remaining/Reset headers to RLS responses")
+	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", o.NearLimitRatio, "share of a limit past which hits count as near the limit")
+	fs.DurationVar(&o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
+	fs.StringVar(&o.LimitsPath, "limits", o.LimitsPath, "key-value limits defaults file")
+	fs.StringVar(&o.OverridesPath, "overrides", o.OverridesPath, "key-value limits overrides file")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
+	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
+	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
+	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
+	fs.StringVar(&o.OnStoreError, "on-store-error", o.OnStoreError, "answer while the store fails: error, allow, deny or local")
+	addrs := strings.Join(o.Redis.Addrs, ",")
+	fs.StringVar(&addrs, "redis-addr", addrs, "Redis address(es), host:port, comma-separated")
+	fs.StringVar(&o.Redis.Mode, "redis-mode", o.Redis.Mode, "Redis topology: single, cluster or sentinel")
+	fs.StringVar(&o.Redis.MasterName, "redis-master", o.Redis.MasterName, "Sentinel master name")
+	fs.StringVar(&o.Redis.Username, "redis-username", o.Redis.Username, "Redis ACL user name")
+	fs.StringVar(&o.Redis.PasswordFile, "redis-password-file", o.Redis.PasswordFile, "file holding the Redis password")
+	fs.BoolVar(&o.Redis.TLS, "redis-tls", o.Redis.TLS, "connect to Redis over TLS")
+	fs.StringVar(&o.Redis.TLSCA, "redis-tls-ca", o.Redis.TLSCA, "CA file for the Redis server certificate")
+	fs.StringVar(&o.Redis.TLSCert, "redis-tls-cert", o.Redis.TLSCert, "client certificate file for Redis")
+	fs.StringVar(&o.Redis.TLSKey, "redis-tls-key", o.Redis.TLSKey, "client key file for Redis")
+	fs.BoolVar(&o.Redis.TLSInsecure, "redis-tls-insecure-skip-verify", o.Redis.TLSInsecure, "do not verify the Redis certificate (tests only)")
+	fs.DurationVar(&o.Redis.Timeout, "redis-timeout", o.Redis.Timeout, "bound on each Redis call")
+	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
+	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
+	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's keys and commands")
+
+	if err := applyEnv(fs, getenv); err != nil {
+		return o, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	o.Redis.Addrs = splitList(addrs)
+	return o, o.Validate()
+}
+
+// applyEnv sets every flag whose SLUICE_* variable is set and non-empty.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := EnvName(f.Name)
+		if v := getenv(name); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// EnvName is the environment variable read for a flag: "grpc-addr" →
+// "SLUICE_GRPC_ADDR".
+func EnvName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate checks the options and names every bad one.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	oneOf := func(flag, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		bad(flag, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+	oneOf("store", o.Store, "memory", "redis")
+	oneOf("log-level", o.LogLevel, "debug", "info", "warn", "error")
+	oneOf("log-format", o.LogFormat, "text", "json")
+	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
+	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
+	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	if o.NearLimitRatio <= 0 || o.NearLimitRatio > 1 {
+		bad("near-limit-ratio", "%s is outside (0, 1]", strconv.FormatFloat(o.NearLimitRatio, 'g', -1, 64))
+	}
+	if o.ReloadDelay < 0 {
+		bad("reload-delay", "%s is negative", o.ReloadDelay)
+	}
+	if o.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", "%s must be positive", o.ShutdownTimeout)
+	}
+	if o.MemoryMaxEntries < 0 {
+		bad("memory-max-entries", "%d is negative", o.MemoryMaxEntries)
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		bad("tls-cert", "--tls-cert and --tls-key go together")
+	}
+	if o.TLSClientCA != "" && o.TLSCert == "" {
+		bad("tls-client-ca", "needs --tls-cert and --tls-key")
+	}
+	if o.OverridesPath != "" && o.LimitsPath == "" {
+		bad("overrides", "needs --limits")
+	}
+	if o.Store == "redis" {
+		if len(o.Redis.Addrs) == 0 {
+			bad("redis-addr", "required with --store redis")
+		}
+		if o.Redis.Mode == "sentinel" && o.Redis.MasterName == "" {
+			bad("redis-master", "required with --redis-mode sentinel")
+		}
+		if o.Redis.Timeout <= 0 {
+			bad("redis-timeout", "%s must be positive", o.Redis.Timeout)
+		}
+	}
+	return errors.Join(errs...)
+}

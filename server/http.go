@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// MaxBodyBytes bounds a request body on the HTTP API: 1 MiB.
+const MaxBodyBytes = 1 << 20
+
+// JSONHandler serves POST /json: a RateLimitRequest in proto3 JSON, answered
+// with the RateLimitResponse in proto3 JSON: 200 when OK, 429 when over the
+// limit, 400 for an empty, malformed or ill-typed body or an invalid
+// request, 503 when the store is unavailable.
+func JSONHandler(rls *RLS) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed, use POST", r.Method)
+			return
+		}
+		body, err := readBody(w, r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		var req rlsv3.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid RateLimitRequest JSON: %v", err)
+			return
+		}
+		resp, err := rls.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			writeError(w, httpStatus(err), "%s", status.Convert(err).Message())
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "encode response: %v", err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
+}
+
+// readBody reads a non-empty body of at most MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, fmt.Errorf("request body larger than %d bytes", MaxBodyBytes)
+		}
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, errors.New("empty request body")
+	}
+	return body, nil
+}
+
+// httpStatus maps a gRPC status error to an HTTP status.
+func httpStatus(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return http.StatusServiceUnavailable
+	case codes.Canceled:
+		return 499 // the client went away
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError answers {"error": "..."} with the given status.
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+// HealthHandler serves GET /healthcheck: 200 "OK" when ready returns nil,
+// 503 with the reason otherwise.
+func HealthHandler(ready func(ctx context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "OK")
+	})
+}
+
+// DebugHandler serves the debug port: /metrics from g, /rlconfig (the loaded
+// rules, one per line, from rules), and /debug/pprof/.
+func DebugHandler(g prometheus.Gatherer, rules func() string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, rules())
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "sluice debug port\n\n/metrics\n/rlconfig\n/debug/pprof/\n")
+	})
+	return mux
+}

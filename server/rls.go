@@ -1,0 +1,494 @@
+// Package server holds Sluice's network front doors: the Envoy rate limit
+// service (envoy.service.ratelimit.v3) over gRPC and HTTP/JSON, the
+// key-value limits API, health checks, and the debug endpoints.
+//
+// Handlers hold no state of their own beyond an atomically swapped
+// configuration snapshot and metrics; all counting is done by the
+// limiter's store. Everything here is safe for concurrent use.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/window"
+)
+
+// RLSOptions configure an RLS. The zero value of each field gives the
+// default stated beside it.
+type RLSOptions struct {
+	// Limiter supplies the store and the clock. Required.
+	Limiter *limiter.Limiter
+	// Metrics receives per-rule statistics; nil records nothing.
+	Metrics *Metrics
+	// NearLimitRatio is the fraction of a limit past which hits count as
+	// near the limit in metrics. Default 0.8; range (0, 1].
+	NearLimitRatio float64
+	// GlobalShadowMode answers OK to every request while still counting.
+	GlobalShadowMode bool
+	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset headers for the descriptor closest to its limit.
+	ResponseHeaders bool
+	// Header names; defaults RateLimit-Limit, RateLimit-Remaining,
+	// RateLimit-Reset.
+	LimitHeader, RemainingHeader, ResetHeader string
+	// Logger for request errors; default slog.Default().
+	Logger *slog.Logger
+}
+
+// RLS answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+// as envoyproxy/ratelimit does. Create it with NewRLS and give it a
+// configuration with SetConfig; until then every domain is unknown.
+type RLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	opts   RLSOptions
+	config atomic.Pointer[descriptors.Config]
+}
+
+// NewRLS returns an RLS with no configuration.
+func NewRLS(o RLSOptions) *RLS {
+	if o.NearLimitRatio <= 0 || o.NearLimitRatio > 1 {
+		o.NearLimitRatio = 0.8
+	}
+	if o.LimitHeader == "" {
+		o.LimitHeader = "RateLimit-Limit"
+	}
+	if o.RemainingHeader == "" {
+		o.RemainingHeader = "RateLimit-Remaining"
+	}
+	if o.ResetHeader == "" {
+		o.ResetHeader = "RateLimit-Reset"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &RLS{opts: o}
+}
+
+// SetConfig swaps in a new configuration snapshot.
+func (s *RLS) SetConfig(c *descriptors.Config) { s.config.Store(c) }
+
+// Config returns the current configuration snapshot, or nil.
+func (s *RLS) Config() *descriptors.Config { return s.config.Load() }
+
+// ErrInvalidRequest reports a request the service refuses: an empty domain,
+// no descriptors, or an invalid per-descriptor limit.
+var ErrInvalidRequest = errors.New("invalid rate limit request")
+
+// maxUint32 is what envoyproxy/ratelimit reports as the remaining count of
+// an unlimited descriptor.
+const maxUint32 = math.MaxUint32
+
+// check is one descriptor of a request on its way through the service.
+type check struct {
+	entries   []descriptors.Entry
+	rule      *descriptors.Rule // nil: no limit (or replaced)
+	override  *rlcommon.RateLimitDescriptor_RateLimitOverride
+	unlimited bool
+	hits      uint64
+	negative  bool
+
+	// what is counted
+	rpu        uint32
+	unit       window.Unit
+	multiplier uint32
+	burst      uint32
+	name       string
+	shadow     bool
+	quota      bool
+	statsKey   string
+
+	op int // index into the store batch, or -1
+}
+
+// ShouldRateLimit implements RateLimitServiceServer.
+func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	clk := s.opts.Limiter.Clock()
+	start := clk.Now()
+	resp, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		err = grpcError(err)
+		if status.Code(err) == codes.Internal {
+			s.opts.Logger.Error("rate limit request failed", "domain", req.GetDomain(), "err", err)
+		}
+	}
+	if m := s.opts.Metrics; m != nil {
+		m.observeRequest(clk.Now().Sub(start), status.Code(err))
+	}
+	return resp, err
+}
+
+// grpcError maps an error to its gRPC status: the one place where errors
+// become codes.
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, limiter.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, fmt.Errorf("%w: rate limit domain must not be empty", ErrInvalidRequest)
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrInvalidRequest)
+	}
+	cfg := s.config.Load()
+	domain := req.GetDomain()
+	known := cfg != nil && cfg.Domain(domain) != nil
+	if !known && s.opts.Metrics != nil {
+		s.opts.Metrics.domainNotFound.Inc()
+	}
+
+	checks := make([]check, len(req.Descriptors))
+	replaced := map[string]bool(nil)
+	requestHits := uint64(max(1, req.GetHitsAddend()))
+	for i, d := range req.Descriptors {
+		c := &checks[i]
+		c.op = -1
+		c.entries = make([]descriptors.Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			c.entries[j] = descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		c.hits = requestHits
+		if h := d.GetHitsAddend(); h != nil {
+			c.hits = h.GetValue() // an explicit 0 peeks
+		}
+		c.negative = d.GetIsNegativeHits()
+		if !known {
+			continue
+		}
+		if o := d.GetLimit(); o != nil {
+			if err := s.useOverride(c, domain, o); err != nil {
+				return nil, fmt.Errorf("descriptor %d: %w", i, err)
+			}
+			continue
+		}
+		r := cfg.Match(domain, c.entries)
+		if r == nil {
+			continue
+		}
+		if r.Unlimited {
+			c.unlimited = true
+			continue
+		}
+		c.rule = r
+		for _, name := range r.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[name] = true
+		}
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.rule == nil {
+			continue
+		}
+		if c.rule.Name != "" && replaced[c.rule.Name] {
+			c.rule = nil
+			continue
+		}
+		r := c.rule
+		c.rpu, c.unit, c.multiplier, c.burst = r.RequestsPerUnit, r.Unit, max(r.UnitMultiplier, 1), r.Burst
+		c.name, c.shadow, c.quota = r.Name, r.ShadowMode, r.QuotaMode
+		c.statsKey = r.StatsKey
+		if r.DetailedMetric || r.ValueToMetric {
+			c.statsKey = r.MetricKey(c.entries)
+		}
+	}
+
+	ops := make([]store.Op, 0, len(checks))
+	for i := range checks {
+		c := &checks[i]
+		if c.unit == window.Unknown || c.unlimited {
+			continue
+		}
+		c.op = len(ops)
+		ops = append(ops, s.op(domain, c))
+	}
+	results := make([]store.Result, len(ops))
+	if len(ops) > 0 {
+		l := s.opts.Limiter
+		if err := l.Store().Do(ctx, l.Clock().Now(), store.Batch{Ops: ops}, results); err != nil {
+			return nil, fmt.Errorf("count descriptors: %w", err)
+		}
+	}
+	return s.respond(checks, results), nil
+}
+
+// useOverride makes c count against the limit the request carries, as
+// envoyproxy/ratelimit does for a known domain.
+func (s *RLS) useOverride(c *check, domain string, o *rlcommon.RateLimitDescriptor_RateLimitOverride) error {
+	u := window.Unit(o.GetUnit())
+	if u.Seconds() == 0 {
+		return fmt.Errorf("%w: limit override has unknown unit %d", ErrInvalidRequest, o.GetUnit())
+	}
+	c.override = o
+	c.rpu, c.unit, c.multiplier = o.GetRequestsPerUnit(), u, 1
+	if m := o.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 {
+			return fmt.Errorf("%w: limit override has unit_multiplier 0, must be > 0", ErrInvalidRequest)
+		}
+		c.multiplier = m.GetValue()
+	}
+	key := domain
+	for _, e := range c.entries {
+		key += "." + e.Key
+		if e.Value != "" {
+			key += "_" + e.Value
+		}
+	}
+	c.statsKey = key
+	return nil
+}
+
+// op builds the store operation that counts c.
+func (s *RLS) op(domain string, c *check) store.Op {
+	length := time.Duration(c.unit.Seconds()*int64(c.multiplier)) * time.Second
+	var key string
+	if c.rule != nil {
+		key = c.rule.CacheKey(c.entries)
+	} else {
+		key = overrideCacheKey(domain, c.entries)
+	}
+	op := store.Op{Key: key, Cost: int64(c.hits)}
+	switch {
+	case c.negative:
+		op.Action = store.Refund
+	case c.hits == 0:
+		op.Action = store.Check
+	default:
+		op.Action = store.Spend
+	}
+	if c.burst > 0 {
+		op.Algorithm = store.GCRA
+		op.Limit = gcra.Limit{Burst: int64(c.burst), Count: max(int64(c.rpu), 1), Period: length}
+		if c.rpu == 0 {
+			// requests_per_unit 0 denies everything: a bucket that never
+			// refills, with nothing in it, is modelled by denying below.
+			op.Action = store.Check
+		}
+		return op
+	}
+	op.Algorithm = store.FixedWindow
+	op.Window = store.Window{Limit: int64(c.rpu), Length: length}
+	return op
+}
+
+// overrideCacheKey is envoyproxy/ratelimit's counter key for a descriptor
+// counted against a request-supplied limit.
+func overrideCacheKey(domain string, entries []descriptors.Entry) string {
+	n := len(domain) + 1
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	b := make([]byte, 0, n)
+	b = append(b, domain...)
+	b = append(b, '_')
+	for _, e := range entries {
+		b = append(b, e.Key...)
+		b = append(b, '_')
+		b = append(b, e.Value...)
+		b = append(b, '_')
+	}
+	return string(b)
+}
+
+// respond turns the store's results into the response, with statistics.
+func (s *RLS) respond(checks []check, results []store.Result) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+	overall := rlsv3.RateLimitResponse_OK
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus
+	closestRemaining := uint32(maxUint32)
+
+	// Quota-mode descriptors are over only when all of them are.
+	quotaSeen, quotaAllOver := false, true
+	for i := range checks {
+		c := &checks[i]
+		if c.op >= 0 && c.quota {
+			quotaSeen = true
+			if !isOver(c, results[c.op]) {
+				quotaAllOver = false
+			}
+		}
+	}
+	quotaOver := quotaSeen && quotaAllOver
+
+	for i := range checks {
+		c := &checks[i]
+		if c.unlimited {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: maxUint32}
+			continue
+		}
+		if c.op < 0 {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		}
+		r := results[c.op]
+		over := isOver(c, r)
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code:         rlsv3.RateLimitResponse_OK,
+			CurrentLimit: s.currentLimit(c),
+		}
+		if over {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		} else {
+			st.LimitRemaining = clampUint32(r.Remaining)
+		}
+		st.DurationUntilReset = durationpb.New(resetIn(c, r, over))
+		s.record(c, r, over)
+		switch {
+		case over && c.shadow:
+			st.Code = rlsv3.RateLimitResponse_OK
+		case over && c.quota && !quotaOver:
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+		if s.opts.ResponseHeaders && st.LimitRemaining < closestRemaining {
+			closest, closestRemaining = st, st.LimitRemaining
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			overall = rlsv3.RateLimitResponse_OVER_LIMIT
+			closest, closestRemaining = st, 0
+		}
+		resp.Statuses[i] = st
+	}
+	if s.opts.ResponseHeaders && closest != nil {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(closest.CurrentLimit.GetRequestsPerUnit()), 10)},
+			{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(int64(closest.DurationUntilReset.AsDuration()/time.Second), 10)},
+		}
+	}
+	if overall == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadowMode {
+		overall = rlsv3.RateLimitResponse_OK
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.globalShadow.Inc()
+		}
+	}
+	resp.OverallCode = overall
+	return resp
+}
+
+// isOver reports whether c is over its limit given its store result.
+func isOver(c *check, r store.Result) bool {
+	if c.burst > 0 {
+		if c.rpu == 0 {
+			return true // requests_per_unit 0 is always over
+		}
+		if c.negative {
+			return false // a GCRA refund only gives capacity back
+		}
+	}
+	// A fixed-window refund is allowed when the count is within the limit.
+	return !r.Allowed
+}
+
+// resetIn is the duration_until_reset of a descriptor: the time to the end
+// of the window (whole seconds, as envoyproxy/ratelimit reports it), or for
+// GCRA rules the time until a request would be allowed when over, and until
+// the bucket is full otherwise.
+func resetIn(c *check, r store.Result, over bool) time.Duration {
+	if c.burst > 0 {
+		if over && r.RetryIn > 0 {
+			return r.RetryIn
+		}
+		return r.ResetIn
+	}
+	return r.ResetIn
+}
+
+func (s *RLS) currentLimit(c *check) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            c.name,
+		RequestsPerUnit: c.rpu,
+		Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(c.unit),
+	}
+	if c.multiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(c.multiplier)
+	}
+	return l
+}
+
+// record adds c's hits to its rule's statistics, as envoyproxy/ratelimit
+// splits them between within, near and over the limit.
+func (s *RLS) record(c *check, r store.Result, over bool) {
+	m := s.opts.Metrics
+	if m == nil || c.negative {
+		return
+	}
+	st := m.rule(c.statsKey)
+	hits := c.hits
+	st.totalHits.Add(float64(hits))
+	limit := uint64(c.rpu)
+	var before, after uint64
+	if c.burst > 0 {
+		limit = uint64(c.burst)
+		used := uint64(max(int64(limit)-r.Remaining, 0))
+		after, before = used, used
+		if over {
+			after = used + hits
+		} else if used >= hits {
+			before = used - hits
+		}
+	} else {
+		after = uint64(max(r.Count, 0))
+		before = after - min(after, hits)
+	}
+	near := uint64(math.Floor(float64(float32(limit) * float32(s.opts.NearLimitRatio))))
+	if over {
+		if before >= limit {
+			st.overLimit.Add(float64(hits))
+		} else {
+			st.overLimit.Add(float64(after - limit))
+			st.nearLimit.Add(float64(limit - max(near, before)))
+		}
+		if c.shadow {
+			st.shadowMode.Add(float64(hits))
+		}
+		return
+	}
+	if after > near {
+		if before >= near {
+			st.nearLimit.Add(float64(hits))
+		} else {
+			st.nearLimit.Add(float64(after - near))
+		}
+	}
+	st.withinLimit.Add(float64(hits))
+}
+
+func clampUint32(n int64) uint32 {
+	switch {
+	case n < 0:
+		return 0
+	case n > maxUint32:
+		return maxUint32
+	}
+	return uint32(n)
+}
