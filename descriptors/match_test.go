@@ -220,6 +220,8 @@ func TestMatch(t *testing.T) {
 			entries: entries("container", "c"), wantKey: "edge.container_c", wantRPU: 7},
 		{name: "a node with a limit and children gives the child's limit to the two-entry request", domain: "edge",
 			entries: entries("container", "c", "sub", "s"), wantKey: "edge.container_c.sub", wantRPU: 8},
+		{name: "an entry after a leaf is not matched at the leaf's own level", domain: "edge",
+			entries: entries("remote_address", "1.2.3.4", "remote_address", "5.6.7.8")},
 		{name: "a request deeper than a leaf has no limit", domain: "example4",
 			entries: entries("key", "value", "subkey", "subvalue")},
 		{name: "a request as deep as the nested config matches it", domain: "example4_nested",
@@ -326,6 +328,9 @@ func TestPattern(t *testing.T) {
 		{"a*ab*b", "aabab", true},
 		{"*x*", "x", true},
 		{"*x*", "y", false},
+		{"*ab*ab*", "xab", false},
+		{"*ab*ab*", "abab", true},
+		{"*aba*aba*", "ababa", false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("pattern %q against %q is %t", tt.pattern, tt.value, tt.want), func(t *testing.T) {
