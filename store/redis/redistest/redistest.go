@@ -78,9 +78,9 @@ type Server struct {
 	// nil.
 	TLS *TLSFiles
 
-	t        testing.TB
-	conf     string   // path of redis.conf
-	args     []string // extra command-line arguments (--sentinel)
+	t      testing.TB
+	conf   string   // path of redis.conf
+	args   []string // extra command-line arguments (--sentinel)
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // protected by mu; nil while stopped
 	exited chan struct{} // protected by mu; closed when cmd has exited

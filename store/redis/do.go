@@ -1,0 +1,365 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/window"
+)
+
+// scriptSHA is batchScript's SHA-1, the name EVALSHA calls it by.
+var scriptSHA = func() string {
+	sum := sha1.Sum([]byte(batchScript))
+	return hex.EncodeToString(sum[:])
+}()
+
+// call is one script call: the operations of a batch that share a hash
+// slot (all of them outside Cluster mode).
+type call struct {
+	slot uint16
+	ops  []int    // indexes into the batch's Ops
+	keys []string // KEYS, one per op
+	args []string // ARGV
+}
+
+// stage says which round of a batch a call belongs to.
+type stage uint8
+
+const (
+	// stageMain is the first (usually only) round.
+	stageMain stage = iota
+	// stageMainDeferring is the first round of a multi-slot all-or-nothing
+	// batch: refunds and resets are evaluated only.
+	stageMainDeferring
+	// stageCompensate gives back what a denied multi-slot all-or-nothing
+	// batch took.
+	stageCompensate
+	// stageDeferred applies the refunds and resets of an admitted
+	// multi-slot all-or-nothing batch.
+	stageDeferred
+)
+
+// Do applies b at now (or at Redis's time, with Options.ClockServer), in
+// one script call per hash slot group, the groups in parallel. On a single
+// node or within one slot the batch is atomic. Across slots of a Cluster, an
+// all-or-nothing batch that some slot denies is undone by a compensating
+// refund in a second round trip; see the package doc for exactly what holds.
+// Do returns within Options.Timeout; errors from an unreachable Redis wrap
+// store.ErrUnavailable.
+func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
+	ops := b.Ops
+	if len(out) < len(ops) {
+		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
+	}
+	for i := range ops {
+		if err := checkOp(&ops[i]); err != nil {
+			return err
+		}
+		for j := range i {
+			if ops[j].Key == ops[i].Key {
+				return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
+			}
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	start := s.clock.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	err := s.do(ctx, now, b, out)
+	cancel()
+	s.m.observe(s.clock.Now().Sub(start))
+	return err
+}
+
+func (s *Store) do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
+	ops := b.Ops
+	var plain []int // Envoy-compatible window spends and checks
+	var callBuf [1]call
+	calls := callBuf[:0]
+	for i := range ops {
+		op := &ops[i]
+		if s.envoy && op.Algorithm == store.FixedWindow && op.Action != store.Refund && op.Action != store.Reset {
+			plain = append(plain, i)
+			continue
+		}
+		calls = s.addOp(calls, ops, i, now)
+	}
+	st := stageMain
+	multiAON := b.AllOrNothing && len(calls) > 1
+	if multiAON {
+		st = stageMainDeferring
+	}
+	for i := range calls {
+		s.fillArgs(&calls[i], ops, now, st, b.AllOrNothing)
+	}
+	if err := s.exec(ctx, now, ops, calls, plain, out); err != nil {
+		return err
+	}
+	if !multiAON {
+		return nil
+	}
+
+	denied := false
+	for i := range ops {
+		if decides(&ops[i]) && !out[i].Allowed {
+			denied = true
+			break
+		}
+	}
+	calls = calls[:0]
+	if denied {
+		// Give back what the admitting slots took.
+		for i := range ops {
+			op := &ops[i]
+			if op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.SpendOnly) && out[i].Applied {
+				calls = s.addOp(calls, ops, i, now)
+			}
+		}
+		if len(calls) == 0 {
+			return nil
+		}
+		s.m.compensations.Inc()
+		for i := range calls {
+			s.fillArgs(&calls[i], ops, now, stageCompensate, false)
+		}
+		undo := make([]store.Result, len(ops))
+		if err := s.exec(ctx, now, ops, calls, nil, undo); err != nil {
+			return fmt.Errorf("compensate a denied multi-slot batch: %w", err)
+		}
+		for _, c := range calls {
+			for _, i := range c.ops {
+				out[i].Applied = false
+			}
+		}
+		return nil
+	}
+	// Admitted everywhere: now the refunds and resets.
+	for i := range ops {
+		if deferred(&ops[i]) {
+			calls = s.addOp(calls, ops, i, now)
+		}
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	for i := range calls {
+		s.fillArgs(&calls[i], ops, now, stageDeferred, false)
+	}
+	return s.exec(ctx, now, ops, calls, nil, out)
+}
+
+// decides reports whether op's decision counts toward its batch's.
+func decides(op *store.Op) bool {
+	return op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.Check)
+}
+
+// deferred reports whether op, in a multi-slot all-or-nothing batch, waits
+// until every slot has admitted the batch: a write that all-or-nothing
+// blocks and a refund could not undo.
+func deferred(op *store.Op) bool {
+	return op.Action == store.Reset || (op.Algorithm == store.GCRA && op.Action == store.Refund)
+}
+
+// key returns op's Redis key: for a window, with the window start unless
+// the script adds it.
+func (s *Store) key(op *store.Op, now time.Time) string {
+	if op.Algorithm != store.FixedWindow || s.serverWindows {
+		return s.prefix + op.Key
+	}
+	start := window.Start(now, int64(op.Window.Length/time.Second))
+	return s.prefix + op.Key + strconv.FormatInt(start, 10)
+}
+
+// addOp adds ops[i] to the call for its slot, appending a call if needed.
+func (s *Store) addOp(calls []call, ops []store.Op, i int, now time.Time) []call {
+	key := s.key(&ops[i], now)
+	var sl uint16
+	if s.cluster {
+		sl = slot(key)
+	}
+	for j := range calls {
+		if calls[j].slot == sl {
+			calls[j].ops = append(calls[j].ops, i)
+			calls[j].keys = append(calls[j].keys, key)
+			return calls
+		}
+	}
+	return append(calls, call{slot: sl, ops: []int{i}, keys: []string{key}})
+}
+
+// fillArgs writes c's ARGV (see batchScript).
+func (s *Store) fillArgs(c *call, ops []store.Op, now time.Time, st stage, aon bool) {
+	args := make([]string, 0, 3+3*len(c.ops))
+	nowArg := ""
+	if !s.serverClock {
+		nowArg = strconv.FormatInt(now.UnixNano(), 10)
+	}
+	args = append(args, nowArg, flag(aon), flag(s.serverWindows))
+	for _, i := range c.ops {
+		op := &ops[i]
+		var code [2]byte
+		var a, b string
+		if op.Algorithm == store.GCRA {
+			code[0] = 'g'
+			p := op.Limit.Params()
+			a = strconv.FormatInt(p.EmissionInterval*op.Cost, 10)
+			b = strconv.FormatInt(p.BurstOffset, 10)
+		} else {
+			code[0] = 'w'
+			a = strconv.FormatInt(op.Cost, 10)
+			b = strconv.FormatInt(int64(op.Window.Length/time.Second), 10)
+		}
+		code[1] = actionLetter[op.Action]
+		switch {
+		case st == stageCompensate:
+			code[1] = 'f'
+		case st == stageMainDeferring && deferred(op):
+			code[1] -= 'a' - 'A' // upper case: evaluate only
+		}
+		args = append(args, string(code[:]), a, b)
+	}
+	c.args = args
+}
+
+var actionLetter = [...]byte{
+	store.Spend:     's',
+	store.Check:     'c',
+	store.SpendOnly: 'o',
+	store.Refund:    'f',
+	store.Reset:     'r',
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// exec sends calls (as EVALSHA) and the Envoy-compatible commands for the
+// plain ops in one pipelined round trip per node, reloads the script where
+// a node answers NOSCRIPT, and writes the ops' Results into out.
+func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls []call, plain []int, out []store.Result) error {
+	cmds := make(rueidis.Commands, 0, len(calls)+2*len(plain))
+	for i := range calls {
+		cmds = append(cmds, s.client.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(calls[i].keys))).Key(calls[i].keys...).Arg(calls[i].args...).Build())
+	}
+	for _, i := range plain {
+		op := &ops[i]
+		key := s.key(op, now)
+		if op.Action == store.Check {
+			cmds = append(cmds, s.client.B().Get().Key(key).Build())
+			continue
+		}
+		// envoyproxy/ratelimit's fixed cache: INCRBY key hits, EXPIRE key
+		// unitSeconds, pipelined.
+		cmds = append(cmds,
+			s.client.B().Incrby().Key(key).Increment(op.Cost).Build(),
+			s.client.B().Expire().Key(key).Seconds(int64(op.Window.Length/time.Second)).Build())
+	}
+	var resps []rueidis.RedisResult
+	if len(cmds) == 1 {
+		resps = []rueidis.RedisResult{s.client.Do(ctx, cmds[0])}
+	} else {
+		resps = s.client.DoMulti(ctx, cmds...)
+	}
+
+	// Nodes that lost the script (restarted, SCRIPT FLUSH, failover) get
+	// it again through EVAL, which also caches it.
+	var again []int
+	for i := range calls {
+		if re, ok := rueidis.IsRedisErr(resps[i].Error()); ok && re.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		s.m.scriptLoads.Add(float64(len(again)))
+		retry := make(rueidis.Commands, 0, len(again))
+		for _, i := range again {
+			retry = append(retry, s.client.B().Eval().Script(batchScript).Numkeys(int64(len(calls[i].keys))).Key(calls[i].keys...).Arg(calls[i].args...).Build())
+		}
+		for j, r := range s.client.DoMulti(ctx, retry...) {
+			resps[again[j]] = r
+		}
+	}
+
+	for i := range calls {
+		if err := s.scriptResults(now, ops, &calls[i], resps[i], out); err != nil {
+			return err
+		}
+	}
+	k := len(calls)
+	for _, i := range plain {
+		op := &ops[i]
+		if op.Action == store.Check {
+			count, err := resps[k].AsInt64()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return s.fail(err)
+			}
+			out[i] = windowResult(op, now, count, false)
+			k++
+			continue
+		}
+		after, err := resps[k].AsInt64()
+		if err == nil {
+			err = resps[k+1].Error()
+		}
+		if err != nil {
+			return s.fail(err)
+		}
+		out[i] = windowResult(op, now, after-op.Cost, op.Cost != 0)
+		k += 2
+	}
+	return nil
+}
+
+// scriptResults reads one call's reply into out.
+func (s *Store) scriptResults(now time.Time, ops []store.Op, c *call, resp rueidis.RedisResult, out []store.Result) error {
+	arr, err := resp.ToArray()
+	if err != nil {
+		return s.fail(err)
+	}
+	if len(arr) != 1+2*len(c.ops) {
+		return s.fail(fmt.Errorf("%w: script returned %d values for %d operations", errProtocol, len(arr), len(c.ops)))
+	}
+	nowStr, err := arr[0].ToString()
+	if err != nil {
+		return s.fail(fmt.Errorf("%w: now: %w", errProtocol, err))
+	}
+	gnow, err := parseInt(nowStr)
+	if err != nil {
+		return s.fail(err)
+	}
+	wnow := now
+	if s.serverWindows {
+		wnow = time.Unix(0, gnow)
+	}
+	for j, i := range c.ops {
+		st, err1 := arr[1+2*j].ToString()
+		applied, err2 := arr[2+2*j].AsInt64()
+		if err1 != nil || err2 != nil {
+			return s.fail(fmt.Errorf("%w: op %d: %v %v", errProtocol, i, err1, err2))
+		}
+		var v int64
+		if st != "" {
+			if v, err = parseInt(st); err != nil {
+				return s.fail(err)
+			}
+		}
+		op := &ops[i]
+		if op.Algorithm == store.GCRA {
+			out[i] = gcraResult(op, gnow, v, st != "", applied == 1)
+		} else {
+			out[i] = windowResult(op, wnow, v, applied == 1)
+		}
+	}
+	return nil
+}
