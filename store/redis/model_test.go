@@ -41,6 +41,9 @@ func (m *model) do(now time.Time, b store.Batch) []store.Result {
 			}
 		} else {
 			out[i], writes[i] = m.window(now, op)
+			if !out[i].Allowed {
+				out[i].RetryIn = out[i].ResetIn // over the limit until the window ends
+			}
 		}
 	}
 	blocked := b.AllOrNothing && denied
@@ -121,9 +124,6 @@ func (m *model) window(now time.Time, op store.Op) (store.Result, write) {
 	}
 	h := window.Hit(count, op.Cost, op.Window.Limit)
 	r := store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: h.After, Applied: op.Cost != 0}
-	if h.Over {
-		r.RetryIn = resetIn
-	}
 	w.put, w.count = op.Cost != 0, h.After
 	return r, w
 }

@@ -401,8 +401,17 @@ func parseInt(s string) (int64, error) {
 }
 
 // windowResult is the Result of a fixed-window op on a counter that held
-// count before it, as the memory store computes it.
+// count before it, as the memory store computes it: a denied result is
+// over the limit until the window ends.
 func windowResult(op *store.Op, now time.Time, count int64, applied bool) store.Result {
+	r := windowDecision(op, now, count, applied)
+	if !r.Allowed {
+		r.RetryIn = r.ResetIn
+	}
+	return r
+}
+
+func windowDecision(op *store.Op, now time.Time, count int64, applied bool) store.Result {
 	length := int64(op.Window.Length / time.Second)
 	resetIn := window.ResetIn(now, length)
 	lim := op.Window.Limit
@@ -418,11 +427,7 @@ func windowResult(op *store.Op, now time.Time, count int64, applied bool) store.
 		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: count}
 	}
 	h := window.Hit(count, op.Cost, lim)
-	r := store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: h.After, Applied: applied}
-	if h.Over {
-		r.RetryIn = resetIn
-	}
-	return r
+	return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: h.After, Applied: applied}
 }
 
 // gcraResult is the Result of a GCRA op at now (Unix ns) on a bucket whose
