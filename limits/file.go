@@ -239,16 +239,25 @@ func ParseOverrides(filename string, data []byte) (*Overrides, error) {
 	return o, nil
 }
 
+// maxErrors bounds the errors kept for one file: YAML aliases let a small
+// file repeat one mistake a great many times.
+const maxErrors = 100
+
 // parser collects the errors found in one file. It is used by one
 // goroutine at a time.
 type parser struct {
-	file  string
-	errs  ErrorList
-	enums map[int64]string // enum number → user-defined name using it
+	file    string
+	errs    ErrorList
+	dropped int              // errors found beyond maxErrors
+	enums   map[int64]string // enum number → user-defined name using it
 }
 
 // add records an error at line.
 func (p *parser) add(line int, name, id string, sentinel error, reason string) {
+	if len(p.errs) >= maxErrors {
+		p.dropped++
+		return
+	}
 	p.errs = append(p.errs, &Error{File: p.file, Line: line, Name: name, ID: id, Reason: reason, Err: sentinel})
 }
 
@@ -263,6 +272,11 @@ func (p *parser) err() error {
 		return nil
 	}
 	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
+	if p.dropped > 0 {
+		last := p.errs[len(p.errs)-1]
+		p.errs = append(p.errs, &Error{File: p.file, Line: last.Line, Err: last.Err,
+			Reason: fmt.Sprintf("and %d more errors", p.dropped)})
+	}
 	return p.errs
 }
 

@@ -440,3 +440,23 @@ func TestLoadReadsFiles(t *testing.T) {
 		t.Errorf("bad overrides file: got %v, want an ErrInvalidID error at testdata/bad_overrides_bad_id.yaml:7", err)
 	}
 }
+
+func TestRepeatedMistakesAreCapped(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("- &e {NewOrdersPerAccount: {burst: 0, count: 1, period: 1s, ids: [x]}}\n")
+	for i := 0; i < 300; i++ {
+		b.WriteString("- *e\n")
+	}
+	_, err := ParseOverrides("o.yaml", []byte(b.String()))
+	var list ErrorList
+	if !errors.As(err, &list) {
+		t.Fatalf("got %v, want an ErrorList", err)
+	}
+	if len(list) != maxErrors+1 {
+		t.Fatalf("got %d errors, want %d and a summary", len(list), maxErrors)
+	}
+	if got, want := list[maxErrors].Error(), "o.yaml:1: and 502 more errors"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
