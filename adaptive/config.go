@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -185,10 +186,19 @@ func ParseConfig(filename string, data []byte) (Config, error) {
 	if len(doc.Content) > 0 {
 		p.top(doc.Content[0], &cfg)
 	}
-	if len(p.errs) == 0 {
-		p.errs = append(p.errs, validate(cfg, p.where)...)
+	// Validate whatever parsed; a field that failed to parse keeps its
+	// default and is not reported twice.
+	bad := map[string]bool{}
+	for _, e := range p.errs {
+		bad[e.(*FieldError).Field] = true
+	}
+	for _, e := range validate(cfg, p.where) {
+		if !bad[e.(*FieldError).Field] {
+			p.errs = append(p.errs, e)
+		}
 	}
 	if len(p.errs) > 0 {
+		slices.SortStableFunc(p.errs, func(a, b error) int { return a.(*FieldError).Line - b.(*FieldError).Line })
 		return Config{}, errors.Join(p.errs...)
 	}
 	return cfg, nil

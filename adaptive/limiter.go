@@ -340,7 +340,7 @@ func (l *Limiter) decide(a *admission, e *entry, now time.Time, cur int64, clien
 	}
 	count := e.ring.total.count
 	ok := float64(count) < rate
-	oldest := e.ring.oldest()
+	oldest := int64(-1)
 
 	var cr *countRing
 	if client != "" && ok {
@@ -353,6 +353,11 @@ func (l *Limiter) decide(a *admission, e *entry, now time.Time, cur int64, clien
 			ok = false
 			oldest = cr.oldest()
 		}
+	}
+	// Retry-After and the RateLimit header need the oldest counted
+	// request; finding it scans the ring, so only they pay for it.
+	if oldest < 0 && (!ok || l.cfg.Headers) {
+		oldest = e.ring.oldest()
 	}
 	a.rate = rate
 	a.allowed = ok || l.cfg.DryRun
