@@ -38,3 +38,18 @@ fmt:
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+# Regenerates the key-value API's Go code from api/sluice/v1/limits.proto
+# with pinned plugins installed into ./bin (git-ignored). Needs protoc
+# (apt-get install protobuf-compiler); the committed code was made with
+# libprotoc 3.21.12.
+proto: PROTOC_GEN_GO_VERSION := v1.36.12
+proto: PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+proto:
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	protoc --plugin=protoc-gen-go=$(CURDIR)/bin/protoc-gen-go \
+	  --plugin=protoc-gen-go-grpc=$(CURDIR)/bin/protoc-gen-go-grpc \
+	  --go_out=. --go_opt=paths=source_relative \
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+	  api/sluice/v1/limits.proto
