@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,12 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -42,8 +46,11 @@ type App struct {
 	rls     *server.RLS
 	health  *health.Server
 
-	reloads    *prometheus.CounterVec
-	lastReload *prometheus.GaugeVec
+	reloads      *prometheus.CounterVec
+	lastReload   *prometheus.GaugeVec
+	limitsLoaded *prometheus.GaugeVec
+
+	limits atomic.Pointer[limits.Set]
 
 	reloadMu sync.Mutex // serialises reloads
 
@@ -69,13 +76,26 @@ func NewLogger(o Options, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
+// Deps are what a service gets from its embedder rather than from
+// options. Every field may be left zero.
+type Deps struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Clock defaults to the real clock.
+	Clock clock.Clock
+	// Store, when set, is used instead of the one the options describe; the
+	// service closes it on shutdown.
+	Store store.Store
+}
+
 // New builds the service from o: it loads every configuration file (a bad
 // one is an error here; later reloads keep the running set) and connects
-// the store. clk may be nil for the real clock.
-func New(o Options, log *slog.Logger, clk clock.Clock) (*App, error) {
+// the store.
+func New(o Options, deps Deps) (*App, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	log, clk := deps.Logger, deps.Clock
 	if log == nil {
 		log = slog.Default()
 	}
@@ -92,11 +112,18 @@ func New(o Options, log *slog.Logger, clk clock.Clock) (*App, error) {
 		Namespace: "sluice", Name: "config_last_reload_successful",
 		Help: "1 if the last load of the configuration kind succeeded, 0 if it failed and the previous one is still in use. Label kind: descriptors, limits.",
 	}, []string{"kind"})
-	a.registry.MustRegister(a.reloads, a.lastReload)
+	a.limitsLoaded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "sluice", Name: "limits_loaded",
+		Help: "Key-value limits in force. Label kind: default, override.",
+	}, []string{"kind"})
+	a.registry.MustRegister(a.reloads, a.lastReload, a.limitsLoaded)
 
-	st, err := a.newStore()
-	if err != nil {
-		return nil, err
+	st := deps.Store
+	if st == nil {
+		var err error
+		if st, err = a.newStore(); err != nil {
+			return nil, err
+		}
 	}
 	a.store = st
 	a.limiter = limiter.New(st, clk)
@@ -108,7 +135,7 @@ func New(o Options, log *slog.Logger, clk clock.Clock) (*App, error) {
 		ResponseHeaders:  o.ResponseHeaders,
 		Logger:           log,
 	})
-	if err := a.loadDescriptors(); err != nil {
+	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()
 		return nil, err
 	}
@@ -166,6 +193,10 @@ func (a *App) Reload() error {
 		a.log.Error("config reload failed, keeping the running config", "err", err)
 		errs = append(errs, err)
 	}
+	if err := a.loadLimits(); err != nil {
+		a.log.Error("limits reload failed, keeping the running limits", "err", err)
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -211,8 +242,21 @@ func (a *App) Start() error {
 		return fmt.Errorf("--debug-addr: %w", err)
 	}
 
+	var grpcOpts []grpc.ServerOption
+	var tlsConfig *tls.Config
+	if a.opts.TLSCert != "" {
+		r, err := newCertReloader(a.opts.TLSCert, a.opts.TLSKey, a.opts.TLSClientCA, func(err error) {
+			a.log.Error("TLS files changed but failed to load; keeping the previous ones", "err", err)
+		})
+		if err != nil {
+			a.closeListeners()
+			return err
+		}
+		tlsConfig = r.config()
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	}
 	a.health = health.NewServer()
-	a.grpcServer = grpc.NewServer()
+	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	healthpb.RegisterHealthServer(a.grpcServer, a.health)
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -221,7 +265,7 @@ func (a *App) Start() error {
 	mux := http.NewServeMux()
 	mux.Handle("/json", server.JSONHandler(a.rls))
 	mux.Handle("GET /healthcheck", server.HealthHandler(a.Ready))
-	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	a.debugServer = &http.Server{
 		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -231,7 +275,11 @@ func (a *App) Start() error {
 		go func() { _ = a.grpcServer.Serve(a.grpcLn) }()
 	}
 	if a.httpLn != nil {
-		go func() { _ = a.httpServer.Serve(a.httpLn) }()
+		if tlsConfig != nil {
+			go func() { _ = a.httpServer.ServeTLS(a.httpLn, "", "") }()
+		} else {
+			go func() { _ = a.httpServer.Serve(a.httpLn) }()
+		}
 	}
 	if a.debugLn != nil {
 		go func() { _ = a.debugServer.Serve(a.debugLn) }()

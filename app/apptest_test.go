@@ -45,7 +45,7 @@ func start(t *testing.T, files map[string]string, tweak func(*app.Options)) *tes
 		tweak(&o)
 	}
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0)) // on an hour boundary
-	a, err := app.New(o, app.NewLogger(o, os.Stderr), clk)
+	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clk})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}

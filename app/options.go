@@ -114,8 +114,6 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address (RLS v3 and sluice.v1)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP listen address (/json, /v1/*, /healthcheck)")
 	fs.StringVar(&o.DebugAddr, "debug-addr", o.DebugAddr, "debug listen address (/metrics, /rlconfig, /debug/pprof/)")
-	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory or redis")
-	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", o.MemoryMaxEntries, "bound on buckets kept by the memory store (0: 4194304)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
 	fs.BoolVar(&o.GlobalShadowMode, "global-shadow-mode", o.GlobalShadowMode, "answer OK to every request while still counting")
@@ -128,6 +126,26 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
+	addrs := o.addStoreFlags(fs)
+
+	if err := applyEnv(fs, getenv); err != nil {
+		return o, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	o.Redis.Addrs = splitList(*addrs)
+	return o, o.Validate()
+}
+
+// addStoreFlags registers the store flags shared by serve and proxy. The
+// returned string receives --redis-addr's comma-separated list.
+func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
+	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory or redis")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", o.MemoryMaxEntries, "bound on buckets kept by the memory store (0: 4194304)")
 	fs.StringVar(&o.OnStoreError, "on-store-error", o.OnStoreError, "answer while the store fails: error, allow, deny or local")
 	addrs := strings.Join(o.Redis.Addrs, ",")
 	fs.StringVar(&addrs, "redis-addr", addrs, "Redis address(es), host:port, comma-separated")
@@ -145,17 +163,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's keys and commands")
 
-	if err := applyEnv(fs, getenv); err != nil {
-		return o, err
-	}
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	o.Redis.Addrs = splitList(addrs)
-	return o, o.Validate()
+	return &addrs
 }
 
 // applyEnv sets every flag whose SLUICE_* variable is set and non-empty.

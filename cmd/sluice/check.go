@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
+	"github.com/sluice-rl/sluice/adaptive"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // check validates configuration files: exit 0 when every file given is
@@ -18,7 +21,6 @@ func check(args []string, stdout, stderr io.Writer) int {
 	limitsPath := fs.String("limits", "", "key-value limits defaults file")
 	overrides := fs.String("overrides", "", "key-value limits overrides file")
 	adaptivePath := fs.String("adaptive", "", "adaptive limiter config file")
-	_ = adaptivePath
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -47,6 +49,14 @@ func check(args []string, stdout, stderr io.Writer) int {
 	if *config != "" {
 		_, err := descriptors.Load(*config)
 		report("config", *config, err)
+	}
+	if *adaptivePath != "" {
+		_, err := adaptive.LoadConfig(*adaptivePath)
+		report("adaptive", *adaptivePath, err)
+	}
+	if *limitsPath != "" || *overrides != "" {
+		_, err := limits.Load(*limitsPath, *overrides)
+		report("limits", strings.TrimPrefix(*limitsPath+" "+*overrides, " "), err)
 	}
 	if failed {
 		return 1

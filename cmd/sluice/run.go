@@ -30,6 +30,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "serve":
 		return serve(args[1:], stdout, stderr)
+	case "proxy":
+		return proxy(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -21,7 +21,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := app.NewLogger(o, stderr)
-	a, err := app.New(o, log, nil)
+	a, err := app.New(o, app.Deps{Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 1

@@ -1,0 +1,75 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/clock"
+)
+
+func TestProxyEndToEnd(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello from "+r.URL.Path)
+	}))
+	defer upstream.Close()
+	cfgPath := filepath.Join(t.TempDir(), "adaptive.yaml")
+	if err := os.WriteFile(cfgPath, []byte("maxRate: 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := app.ParseProxy([]string{"--upstream", upstream.URL, "--config", cfgPath}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := app.NewProxy(p, app.Deps{Clock: clock.NewFake(time.Unix(1_800_000_000, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := x.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	c := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string, http.Header) {
+		resp, err := c.Get("http://" + x.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	for i := range 5 {
+		if code, body, _ := get("/page"); code != 200 || body != "hello from /page" {
+			t.Fatalf("request %d: got %d %q, want the upstream's answer", i, code, body)
+		}
+	}
+	code, body, h := get("/page")
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "Whoa, Slow Down There!") || h.Get("Retry-After") == "" {
+		t.Fatalf("6th request: got %d %q, want 429 with the friendly page and Retry-After", code, body)
+	}
+	if code, _, _ := get("/api/other"); code != 200 {
+		t.Fatalf("another URL: got %d, want 200 (its own budget)", code)
+	}
+}
+
+func TestParseProxyRejectsBadUpstream(t *testing.T) {
+	for _, args := range [][]string{nil, {"--upstream", "not a url"}, {"--upstream", "/relative"}} {
+		if _, err := app.ParseProxy(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "--upstream") {
+			t.Errorf("ParseProxy(%q): got %v, want an error naming --upstream", args, err)
+		}
+	}
+}

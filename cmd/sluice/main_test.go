@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runCmd("version")
+	if code != 0 || !strings.HasPrefix(out, "sluice ") {
+		t.Fatalf("got %d %q, want 0 and a version line", code, out)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	if code, _, errOut := runCmd("frobnicate"); code != 2 || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Fatalf("got %d %q, want 2 naming the command", code, errOut)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - key: \"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badLimits := filepath.Join(dir, "limits.yaml")
+	if err := os.WriteFile(badLimits, []byte("NewOrdersPerAccount:\n  burst: 0\n  count: 1\n  period: 1s\nBogus:\n  burst: 1\n  count: 1\n  period: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  []string
+	}{
+		{name: "the example configs are valid", args: []string{"--config", "../../examples/config"}, wantCode: 0},
+		{name: "a bad descriptor file lists every error with file:line", args: []string{"--config", bad}, wantCode: 1,
+			wantErr: []string{"bad.yaml:4:", "fortnight", "bad.yaml:5:"}},
+		{name: "bad limits list every error with file:line", args: []string{"--limits", badLimits}, wantCode: 1,
+			wantErr: []string{"limits.yaml:2: invalid burst 0 for NewOrdersPerAccount, must be > 0", "limits.yaml:5:", `"Bogus"`}},
+		{name: "a missing file is an error", args: []string{"--config", filepath.Join(dir, "nope")}, wantCode: 1, wantErr: []string{"nope"}},
+		{name: "nothing to check is a usage error", args: nil, wantCode: 2, wantErr: []string{"nothing to check"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := runCmd(append([]string{"check"}, tt.args...)...)
+			if code != tt.wantCode {
+				t.Fatalf("got exit %d (%s), want %d", code, errOut, tt.wantCode)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q lacks %q", errOut, w)
+				}
+			}
+		})
+	}
+}
+
+// TestServeExitsCleanlyOnSIGTERM runs the real binary: it serves the
+// example config, reloads on SIGHUP, and exits 0 on SIGTERM.
+func TestServeExitsCleanlyOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "serve", "--config", "../../examples/config")
+	cmd.Env = append(os.Environ(), "SLUICE_GRPC_ADDR=127.0.0.1:0", "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_DEBUG_ADDR=127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	httpRe := regexp.MustCompile(`http=(\S+)`)
+	var httpAddr string
+	deadline := time.After(20 * time.Second)
+	for httpAddr == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("serve exited before serving")
+			}
+			if m := httpRe.FindStringSubmatch(l); m != nil && strings.Contains(l, "sluice serving") {
+				httpAddr = m[1]
+			}
+		case <-deadline:
+			t.Fatal("serve did not report its addresses")
+		}
+	}
+	resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthcheck: got %v, %v", resp, err)
+	}
+	resp.Body.Close()
+
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	sawReload := false
+	for !sawReload {
+		select {
+		case l := <-lines:
+			sawReload = strings.Contains(l, "descriptor config loaded")
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reload after SIGHUP")
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v, want exit code 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+}
