@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -253,7 +255,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := fallback.New(primary, fallback.Local, memory.New(memory.Options{}), fallback.Options{ProbeInterval: 20 * time.Millisecond})
+	s, err := fallback.New(primary, fallback.Local, memory.New(memory.Options{}), fallback.Options{ProbeInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,4 +299,12 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if srv.MustDo("EXISTS", "after") != int64(1) {
 		t.Error("after the recovery, the spend did not reach Redis")
 	}
+}
+
+// tlog writes log lines to the test log.
+type tlog struct{ t *testing.T }
+
+func (w tlog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -250,7 +250,8 @@ func flag(b bool) string {
 func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls []call, plain []int, out []store.Result) error {
 	cmds := make(rueidis.Commands, 0, len(calls)+2*len(plain))
 	for i := range calls {
-		cmds = append(cmds, s.client.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(calls[i].keys))).Key(calls[i].keys...).Arg(calls[i].args...).Build())
+		c := &calls[i]
+		cmds = append(cmds, retryable(c, s.client.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()))
 	}
 	for _, i := range plain {
 		op := &ops[i]
@@ -262,8 +263,8 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		// envoyproxy/ratelimit's fixed cache: INCRBY key hits, EXPIRE key
 		// unitSeconds, pipelined.
 		cmds = append(cmds,
-			s.client.B().Incrby().Key(key).Increment(op.Cost).Build(),
-			s.client.B().Expire().Key(key).Seconds(int64(op.Window.Length/time.Second)).Build())
+			s.client.B().Incrby().Key(key).Increment(op.Cost).Build().ToRetryable(),
+			s.client.B().Expire().Key(key).Seconds(int64(op.Window.Length/time.Second)).Build().ToRetryable())
 	}
 	var resps []rueidis.RedisResult
 	if len(cmds) == 1 {
@@ -284,7 +285,8 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		s.m.scriptLoads.Add(float64(len(again)))
 		retry := make(rueidis.Commands, 0, len(again))
 		for _, i := range again {
-			retry = append(retry, s.client.B().Eval().Script(batchScript).Numkeys(int64(len(calls[i].keys))).Key(calls[i].keys...).Arg(calls[i].args...).Build())
+			c := &calls[i]
+			retry = append(retry, retryable(c, s.client.B().Eval().Script(batchScript).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()))
 		}
 		for j, r := range s.client.DoMulti(ctx, retry...) {
 			resps[again[j]] = r
@@ -362,4 +364,19 @@ func (s *Store) scriptResults(now time.Time, ops []store.Op, c *call, resp rueid
 		}
 	}
 	return nil
+}
+
+// retryable marks cmd, c's script call, for one immediate retry on a
+// connection error (see New's RetryDelay), unless c gives tokens back. A
+// connection error usually means the command never reached Redis (an idle
+// connection to a server that restarted); if it did, running it twice
+// spends or counts twice, which can deny too much but never admit too
+// much. Refunds are not retried: twice would give back too much.
+func retryable(c *call, cmd rueidis.Completed) rueidis.Completed {
+	for j := 3; j < len(c.args); j += 3 {
+		if code := c.args[j]; code == "gf" || code == "wf" {
+			return cmd
+		}
+	}
+	return cmd.ToRetryable()
 }

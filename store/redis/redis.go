@@ -17,9 +17,13 @@
 // # Keys, values and expiry
 //
 //   - GCRA bucket: key KeyPrefix + Op.Key; value the TAT as decimal Unix
-//     nanoseconds ("1767225600123456789"); TTL the time until the TAT
-//     (PX, milliseconds rounded up), so a bucket that is full again
-//     vanishes. A TAT at or before now is treated as missing.
+//     nanoseconds ("1767225600123456789"); TTL the time from now until the
+//     TAT, in milliseconds rounded up, plus one second (SET key tat PX ms),
+//     so a bucket that is full again vanishes. The expiry is relative to
+//     the now the decision used, not absolute (PEXPIREAT), so that it is
+//     right whatever clock the caller runs (a fake one in tests, one skewed
+//     from Redis's); the extra second covers a caller clock up to a second
+//     behind Redis's. A TAT at or before now is treated as missing.
 //   - Fixed-window bucket: key KeyPrefix + Op.Key + the window's start in
 //     decimal Unix seconds (window.Start), envoyproxy/ratelimit's layout: for
 //     the Envoy front door Op.Key is "domain_key1_value1_key2_value2_", so
@@ -244,6 +248,15 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		PipelineMultiplex: o.PipelineMultiplex,
 		MaxFlushDelay:     o.MaxFlushDelay,
 		ForceSingleClient: o.Mode == Single,
+		// One immediate retry of a retryable command after a connection
+		// error (typically a stale idle connection to a restarted
+		// server), then give up: fail fast while Redis is down.
+		RetryDelay: func(attempts int, _ rueidis.Completed, _ error) time.Duration {
+			if attempts > 1 {
+				return -1
+			}
+			return 0
+		},
 	}
 	if o.Mode == Sentinel {
 		co.Sentinel = rueidis.SentinelOption{

@@ -664,6 +664,46 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+// TestHungServer pauses Redis (SIGSTOP): connections stay up and nothing
+// answers. Calls must give up at the timeout and work again once it
+// resumes.
+func TestHungServer(t *testing.T) {
+	t.Parallel()
+	const timeout = 150 * time.Millisecond
+	srv, s := single(t, redis.Options{Timeout: timeout})
+	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 100, Count: 1, Period: time.Second}, Cost: 1}}}
+	do(t, s, base, b)
+	srv.Pause()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := s.Do(context.Background(), base, b, make([]store.Result, 1))
+			if d := time.Since(start); d > timeout+150*time.Millisecond {
+				t.Errorf("took %s, want at most the %s timeout plus slack", d, timeout)
+			}
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("got %v, want ErrUnavailable", err)
+			}
+		}()
+	}
+	wg.Wait()
+	srv.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := s.Do(context.Background(), base, b, make([]store.Result, 1))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery after resume: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestNewFailsWhenNothingListens(t *testing.T) {
 	t.Parallel()
 	redistest.Available(t)
@@ -681,9 +721,11 @@ func TestNewFailsWhenNothingListens(t *testing.T) {
 
 func BenchmarkDecision(b *testing.B) {
 	_, s := single(b, redis.Options{})
-	lim := gcra.Limit{Burst: 1 << 40, Count: 1 << 40, Period: time.Second}
+	lim := gcra.Limit{Burst: 1 << 40, Count: 1 << 20, Period: time.Second}
 	var n atomic.Int64
 	b.ReportAllocs()
+	// Many requests in flight, as in a server: rueidis pipelines them.
+	b.SetParallelism(16)
 	b.RunParallel(func(pb *testing.PB) {
 		key := "bench" + strconv.FormatInt(n.Add(1), 10)
 		out := make([]store.Result, 1)
@@ -698,9 +740,11 @@ func BenchmarkDecision(b *testing.B) {
 
 func BenchmarkBatchOfFive(b *testing.B) {
 	_, s := single(b, redis.Options{})
-	lim := gcra.Limit{Burst: 1 << 40, Count: 1 << 40, Period: time.Second}
+	lim := gcra.Limit{Burst: 1 << 40, Count: 1 << 20, Period: time.Second}
 	var n atomic.Int64
 	b.ReportAllocs()
+	// Many requests in flight, as in a server: rueidis pipelines them.
+	b.SetParallelism(16)
 	b.RunParallel(func(pb *testing.PB) {
 		id := strconv.FormatInt(n.Add(1), 10)
 		batch := store.Batch{AllOrNothing: true}

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -325,7 +326,25 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart %s: %v\nlog:\n%s", s.Addr, err, s.logTail())
 }
 
-func (s *Server) stop() { s.Kill() }
+func (s *Server) stop() {
+	s.Resume()
+	s.Kill()
+}
+
+// Pause stops the server process with SIGSTOP: connections stay open but
+// nothing answers, as with a hung server or a black-holed network.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	}
+}
 
 // Do sends one command to the server on a new connection (with TLS and AUTH
 // as the server needs) and returns the reply: a string for simple and bulk
