@@ -41,4 +41,3 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
-

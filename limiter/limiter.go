@@ -27,14 +27,19 @@ import (
 // MaxBatch is the largest number of transactions in one batch.
 const MaxBatch = 100
 
-// Sentinel errors for invalid requests. Every error returned for bad input
-// wraps one of these or gcra.ErrInvalidCost.
+// ErrInvalid is wrapped by every error the limiter returns for bad input, so
+// the front doors can answer InvalidArgument or 400 with one check. The more
+// specific sentinels below (and gcra.ErrInvalidCost, gcra.ErrInvalidLimit)
+// are wrapped too.
+var ErrInvalid = errors.New("invalid request")
+
+// Sentinel errors for invalid requests.
 var (
-	ErrEmptyBatch      = errors.New("empty batch")
-	ErrBatchTooLarge   = fmt.Errorf("batch has more than %d transactions", MaxBatch)
-	ErrDuplicateBucket = errors.New("duplicate bucket in batch")
-	ErrInvalidKind     = errors.New("invalid transaction kind")
-	ErrEmptyKey        = errors.New("empty bucket key")
+	ErrEmptyBatch      = fmt.Errorf("%w: empty batch", ErrInvalid)
+	ErrBatchTooLarge   = fmt.Errorf("%w: batch has more than %d transactions", ErrInvalid, MaxBatch)
+	ErrDuplicateBucket = fmt.Errorf("%w: duplicate bucket in batch", ErrInvalid)
+	ErrInvalidKind     = fmt.Errorf("%w: invalid transaction kind", ErrInvalid)
+	ErrEmptyKey        = fmt.Errorf("%w: empty bucket key", ErrInvalid)
 )
 
 // Kind is what a transaction does.
@@ -175,10 +180,10 @@ func Validate(txns []Transaction) error {
 		}
 		if !t.Disabled && t.Kind != ResetBucket {
 			if err := t.Limit.Valid(); err != nil {
-				return fmt.Errorf("transaction %d (%s): %w", i, t.Key, err)
+				return fmt.Errorf("%w: transaction %d (%s): %w", ErrInvalid, i, t.Key, err)
 			}
 			if err := t.Limit.ValidCost(t.Cost); err != nil {
-				return fmt.Errorf("transaction %d (%s): %w", i, t.Key, err)
+				return fmt.Errorf("%w: transaction %d (%s): %w", ErrInvalid, i, t.Key, err)
 			}
 		}
 		for j := range i {
