@@ -38,7 +38,8 @@ func (l Limit) Valid() error {
 		return fmt.Errorf("%w: count %d, must be > 0", ErrInvalidLimit, l.Count)
 	case l.Period <= 0:
 		return fmt.Errorf("%w: period %s, must be > 0", ErrInvalidLimit, l.Period)
-	case int64(l.Period)/l.Count <= 0:
+	case int64(l.Period) < l.Count: // Period/Count would round to 0
+
 		return fmt.Errorf("%w: period %s / count %d is less than 1ns", ErrInvalidLimit, l.Period, l.Count)
 	}
 	return nil

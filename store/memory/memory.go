@@ -151,10 +151,10 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 	if len(ops) == 1 {
 		sh := &s.shards[s.shardOf(ops[0].Key)]
 		sh.mu.Lock()
-		e, ok := sh.get(ops[0].Key, nowNs)
-		r, next := evaluate(&ops[0], e, ok, now, nowNs)
+		e, live, present := sh.get(ops[0].Key, nowNs)
+		r, next := evaluate(&ops[0], e, live, now, nowNs)
 		out[0] = r
-		sh.do(apply(&ops[0], &out[0], false), ops[0].Key, next, nowNs)
+		sh.do(apply(&ops[0], &out[0], false), ops[0].Key, next, present, nowNs)
 		sh.mu.Unlock()
 		return nil
 	}
@@ -190,22 +190,26 @@ func (s *Store) doMany(ops []store.Op, allOrNothing bool, now time.Time, nowNs i
 
 	var wBuf [32]entry
 	writes := wBuf[:0]
+	var pBuf [32]bool
+	present := pBuf[:0]
 	if len(ops) > len(wBuf) {
 		writes = make([]entry, 0, len(ops))
+		present = make([]bool, 0, len(ops))
 	}
 	denied := false
 	for i := range ops {
-		e, ok := s.shards[idx[i]].get(ops[i].Key, nowNs)
-		r, next := evaluate(&ops[i], e, ok, now, nowNs)
+		e, live, there := s.shards[idx[i]].get(ops[i].Key, nowNs)
+		r, next := evaluate(&ops[i], e, live, now, nowNs)
 		out[i] = r
 		writes = append(writes, next)
+		present = append(present, there)
 		if !r.Allowed && decides(&ops[i]) {
 			denied = true
 		}
 	}
 	for i := range ops {
 		w := apply(&ops[i], &out[i], allOrNothing && denied)
-		s.shards[idx[i]].do(w, ops[i].Key, writes[i], nowNs)
+		s.shards[idx[i]].do(w, ops[i].Key, writes[i], present[i], nowNs)
 	}
 	return nil
 }
@@ -352,33 +356,30 @@ func apply(op *store.Op, r *store.Result, blocked bool) write {
 }
 
 // do carries out w for key. requires sh.mu held.
-func (sh *shard) do(w write, key string, e entry, nowNs int64) {
+func (sh *shard) do(w write, key string, e entry, present bool, nowNs int64) {
 	switch w {
 	case put:
-		sh.put(key, e, nowNs)
+		sh.put(key, e, present, nowNs)
 	case remove:
 		delete(sh.buckets, key)
 	}
 }
 
-// get returns the live state of key; an expired entry is removed.
-// requires sh.mu held.
-func (sh *shard) get(key string, nowNs int64) (entry, bool) {
-	e, ok := sh.buckets[key]
-	if !ok {
-		return entry{}, false
+// get returns the state of key: live reports a bucket that is not yet full
+// again; present reports an entry in the map, live or expired (an expired
+// entry is left for put to overwrite, or for a sweep). requires sh.mu held.
+func (sh *shard) get(key string, nowNs int64) (e entry, live, present bool) {
+	e, present = sh.buckets[key]
+	if !present || e.exp <= nowNs {
+		return entry{}, false, present
 	}
-	if e.exp <= nowNs {
-		delete(sh.buckets, key)
-		return entry{}, false
-	}
-	return e, true
+	return e, true, true
 }
 
-// put stores e under key, making room first when the shard is full.
-// requires sh.mu held.
-func (sh *shard) put(key string, e entry, nowNs int64) {
-	if _, ok := sh.buckets[key]; ok {
+// put stores e under key; present says whether the map holds key already.
+// A new key makes room first when the shard is full. requires sh.mu held.
+func (sh *shard) put(key string, e entry, present bool, nowNs int64) {
+	if present {
 		sh.buckets[key] = e
 		return
 	}
