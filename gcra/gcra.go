@@ -39,7 +39,6 @@ func (l Limit) Valid() error {
 	case l.Period <= 0:
 		return fmt.Errorf("%w: period %s, must be > 0", ErrInvalidLimit, l.Period)
 	case int64(l.Period) < l.Count: // Period/Count would round to 0
-
 		return fmt.Errorf("%w: period %s / count %d is less than 1ns", ErrInvalidLimit, l.Period, l.Count)
 	}
 	return nil
