@@ -30,7 +30,6 @@ import (
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store"
-	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // App is one running Sluice service. Create it with New, then Start (or
@@ -140,14 +139,6 @@ func New(o Options, deps Deps) (*App, error) {
 		return nil, err
 	}
 	return a, nil
-}
-
-func (a *App) newStore() (store.Store, error) {
-	switch a.opts.Store {
-	case "memory":
-		return memory.New(memory.Options{MaxEntries: a.opts.MemoryMaxEntries}), nil
-	}
-	return nil, fmt.Errorf("--store %s: not available in this build", a.opts.Store)
 }
 
 // Registry returns the service's metrics registry.

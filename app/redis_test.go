@@ -1,0 +1,152 @@
+package app_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
+)
+
+const sharedConfig = `
+domain: shared
+descriptors:
+  - key: window
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: smooth
+    rate_limit: {unit: hour, requests_per_unit: 1, burst: 70}
+`
+
+// startOnRedis starts n services sharing one Redis deployment.
+func startOnRedis(t *testing.T, n int, mode string, addrs []string) []rlsv3.RateLimitServiceClient {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "shared.yaml"), []byte(sharedConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var clients []rlsv3.RateLimitServiceClient
+	now := time.Now().Truncate(time.Hour).Add(2 * time.Hour)
+	for range n {
+		o := app.Defaults()
+		o.ConfigPath = dir
+		o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "off"
+		o.LogLevel = "error"
+		o.Store = "redis"
+		o.Redis.Mode = mode
+		o.Redis.Addrs = addrs
+		o.Redis.Timeout = 2 * time.Second
+		o.Redis.KeyPrefix = "t:"
+		a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clock.NewFake(now)})
+		if err != nil {
+			t.Fatalf("app.New: %v", err)
+		}
+		if err := a.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = a.Shutdown(ctx)
+		})
+		conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		clients = append(clients, rlsv3.NewRateLimitServiceClient(conn))
+	}
+	return clients
+}
+
+// admitted sends calls requests for key from 64 concurrent callers spread
+// over the servers and counts the OK answers.
+func admitted(t *testing.T, clients []rlsv3.RateLimitServiceClient, key string, calls int) int64 {
+	t.Helper()
+	var ok, failed atomic.Int64
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[w%len(clients)]
+			for next.Add(1) <= int64(calls) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: []*rlcommon.RateLimitDescriptor{desc(key, "x")}})
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d calls failed", n)
+	}
+	return ok.Load()
+}
+
+func TestThreeServersShareOneRedisExactly(t *testing.T) {
+	srv := redistest.StartSingle(t)
+	clients := startOnRedis(t, 3, "single", []string{srv.Addr})
+	if got := admitted(t, clients, "window", 300); got != 100 {
+		t.Errorf("fixed window: got %d admitted, want exactly 100", got)
+	}
+	if got := admitted(t, clients, "smooth", 300); got != 70 {
+		t.Errorf("GCRA: got %d admitted, want exactly 70", got)
+	}
+	keys, err := srv.Do("KEYS", "t:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := strings.Join(toStrings(keys), " "); !strings.Contains(s, "t:shared_window_x_") {
+		t.Errorf("Redis keys %q lack the envoyproxy-style window key", s)
+	}
+}
+
+func TestThreeServersShareOneRedisClusterExactly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3)
+	clients := startOnRedis(t, 3, "cluster", cl.Addrs())
+	if got := admitted(t, clients, "window", 300); got != 100 {
+		t.Errorf("fixed window: got %d admitted, want exactly 100", got)
+	}
+	if got := admitted(t, clients, "smooth", 300); got != 70 {
+		t.Errorf("GCRA: got %d admitted, want exactly 70", got)
+	}
+}
+
+func toStrings(v any) []string {
+	switch x := v.(type) {
+	case []any:
+		var out []string
+		for _, e := range x {
+			out = append(out, toStrings(e)...)
+		}
+		return out
+	case []string:
+		return x
+	case string:
+		return []string{x}
+	}
+	return nil
+}
