@@ -150,3 +150,58 @@ func toStrings(v any) []string {
 	}
 	return nil
 }
+
+func TestRedisOutageFollowsThePolicyAndRecovers(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		wantOK bool // the answer while Redis is down
+	}{
+		{policy: "allow", wantOK: true},
+		{policy: "deny", wantOK: false},
+		{policy: "local", wantOK: true},
+		{policy: "error"},
+	} {
+		t.Run("on-store-error "+tc.policy, func(t *testing.T) {
+			srv := redistest.StartSingle(t)
+			ta := start(t, map[string]string{"shared.yaml": sharedConfig}, func(o *app.Options) {
+				o.Store, o.Redis.Addrs, o.Redis.Timeout, o.OnStoreError = "redis", []string{srv.Addr}, 200*time.Millisecond, tc.policy
+			})
+			health := func() int { code, _ := ta.get(t, "http://"+ta.HTTPAddr()+"/healthcheck"); return code }
+			call := func() (*rlsv3.RateLimitResponse, error, time.Duration) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				t0 := time.Now()
+				resp, err := ta.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "shared", Descriptors: []*rlcommon.RateLimitDescriptor{desc("window", "x")}})
+				return resp, err, time.Since(t0)
+			}
+			if resp, err, _ := call(); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("before the outage: got %v, %v", resp, err)
+			}
+			srv.Kill()
+			for i := range 5 {
+				resp, err, took := call()
+				if took > 2*time.Second {
+					t.Fatalf("call %d during the outage took %s, want it bounded by the 200ms store timeout", i, took)
+				}
+				switch {
+				case tc.policy == "error":
+					if err == nil {
+						t.Fatalf("call %d: got %v, want an error", i, resp)
+					}
+				case err != nil:
+					t.Fatalf("call %d: got %v, want an answer by policy", i, err)
+				case (resp.OverallCode == rlsv3.RateLimitResponse_OK) != tc.wantOK:
+					t.Fatalf("call %d: got %v, want OK=%v", i, resp.OverallCode, tc.wantOK)
+				}
+			}
+			if code := health(); code != 503 {
+				t.Fatalf("healthcheck during the outage: got %d, want 503", code)
+			}
+			srv.Restart()
+			eventually(t, "decisions to resume", func() bool {
+				resp, err, _ := call()
+				return err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].CurrentLimit != nil && health() == 200
+			})
+		})
+	}
+}
