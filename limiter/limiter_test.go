@@ -13,6 +13,8 @@ import (
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/store/memory"
+	"github.com/sluice-rl/sluice/store/redis"
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 	"github.com/sluice-rl/sluice/store/storetest"
 )
 
@@ -22,9 +24,19 @@ type backend struct {
 	newStore func(t *testing.T) store.Store
 }
 
-// backends lists the stores every limiter test runs on.
+// backends lists the stores every limiter test runs on: the memory store
+// and Redis (a real redis-server per test; skipped without one unless
+// SLUICE_REQUIRE_REDIS=1).
 var backends = []backend{
 	{"memory", func(t *testing.T) store.Store { return memory.New(memory.Options{}) }},
+	{"redis", func(t *testing.T) store.Store {
+		srv := redistest.StartSingle(t)
+		s, err := redis.New(context.Background(), redis.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}},
 }
 
 // forEachBackend runs fn once per backend with a fresh limiter and fake clock.
