@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -322,4 +323,45 @@ func TestKVUsesTheLimitsInForceAtEachRequest(t *testing.T) {
 	if d := spend(); d.GetLimit().GetBurst() != 5 || d.GetRemaining() != 3 {
 		t.Errorf("after the reload: got burst %d remaining %d, want 5 and 3", d.GetLimit().GetBurst(), d.GetRemaining())
 	}
+}
+
+// FuzzKVHTTPBody sends arbitrary bodies to every endpoint: each must be
+// answered 200 with a decision or 400 with an error, as JSON, and never
+// anything else.
+func FuzzKVHTTPBody(f *testing.F) {
+	for _, seed := range []string{
+		`{"name": "NewRegistrationsPerIPAddress", "id": "10.0.0.1", "cost": 1}`,
+		`{"name": "NewRegistrationsPerIPv6Range", "id": "2001:db8::1"}`,
+		`{"name": "CertificatesPerFQDNSet", "id": "a.example.com,b.example.com", "cost": 0}`,
+		`{"transactions": [{"name": "NewOrdersPerAccount", "id": "1", "kind": "check_only"}, {"name": "NewOrdersPerAccount", "id": "2"}]}`,
+		`{"name": "NewOrdersPerAccount", "id": "1", "id": "1"}`,
+		`{"transactions": null}`,
+		`[]`, `null`, `{`, `"x"`,
+	} {
+		f.Add(seed)
+	}
+	kv, _ := newKV(f, memory.New(memory.Options{}))
+	h := server.KVHTTPHandler(kv)
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/v1/check", "/v1/spend", "/v1/refund", "/v1/reset", "/v1/batch"} {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+			var v map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+				t.Fatalf("POST %s %q: answer %q is not a JSON object: %v", path, body, rec.Body, err)
+			}
+			switch rec.Code {
+			case http.StatusOK:
+				if _, ok := v["allowed"]; !ok {
+					t.Errorf("POST %s %q: got 200 %q, want a decision", path, body, rec.Body)
+				}
+			case http.StatusBadRequest:
+				if _, ok := v["error"]; !ok || len(v) != 1 {
+					t.Errorf("POST %s %q: got 400 %q, want {\"error\": ...}", path, body, rec.Body)
+				}
+			default:
+				t.Errorf("POST %s %q: got status %d (%s), want 200 or 400", path, body, rec.Code, rec.Body)
+			}
+		}
+	})
 }
