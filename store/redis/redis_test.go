@@ -20,9 +20,9 @@ import (
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
-// slack is what a call may take beyond its timeout in the fault tests (generous:
-// CI runs them under the race detector on 2 busy cores; a hang is unbounded): the
-// race detector and a loaded 2-core machine delay goroutines.
+// slack is what a call may take beyond its timeout in the fault tests. It is
+// generous because CI runs them under the race detector on 2 busy cores; a
+// hung call would exceed any slack.
 const slack = 1500 * time.Millisecond
 
 // base is the fake clock's start: in the future, so nothing the tests
