@@ -1,0 +1,53 @@
+package limiter_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+func Example() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := limiter.New(memory.New(memory.Options{}), clk)
+	ctx := context.Background()
+	perIP := gcra.Limit{Burst: 2, Count: 2, Period: time.Second}
+
+	for range 3 {
+		d, _ := l.Spend(ctx, limiter.Transaction{Key: "1:192.0.2.1", Limit: perIP, Cost: 1})
+		fmt.Println(d.Allowed, d.Remaining, d.RetryIn)
+	}
+	clk.Add(500 * time.Millisecond)
+	d, _ := l.Spend(ctx, limiter.Transaction{Key: "1:192.0.2.1", Limit: perIP, Cost: 1})
+	fmt.Println(d.Allowed, d.Remaining)
+	// Output:
+	// true 1 0s
+	// true 0 500ms
+	// false 0 500ms
+	// true 0
+}
+
+func ExampleLimiter_Batch() {
+	l := limiter.New(memory.New(memory.Options{}), clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	ctx := context.Background()
+	account := gcra.Limit{Burst: 300, Count: 300, Period: 3 * time.Hour}
+	ip := gcra.Limit{Burst: 1, Count: 1, Period: time.Hour}
+
+	// The IP's only token is gone, so the batch is denied and the account
+	// is not charged either.
+	_, _ = l.Spend(ctx, limiter.Transaction{Key: "1:192.0.2.1", Limit: ip, Cost: 1})
+	d, each, _ := l.Batch(ctx, []limiter.Transaction{
+		{Key: "3:12345678", Limit: account, Cost: 1},
+		{Key: "1:192.0.2.1", Limit: ip, Cost: 1},
+	})
+	fmt.Println(d.Allowed, d.Index, d.RetryIn, each[0].Allowed)
+	c, _ := l.Check(ctx, limiter.Transaction{Key: "3:12345678", Limit: account})
+	fmt.Println(c.Remaining)
+	// Output:
+	// false 1 1h0m0s true
+	// 300
+}
