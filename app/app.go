@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
 	"github.com/sluice-rl/sluice/limiter"
@@ -249,12 +250,16 @@ func (a *App) Start() error {
 	a.health = health.NewServer()
 	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
+	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Limits: a.Limits, Registerer: a.registry, Logger: a.log})
+	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
 	healthpb.RegisterHealthServer(a.grpcServer, a.health)
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	a.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	a.health.SetServingStatus(sluicev1.Limits_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	mux := http.NewServeMux()
 	mux.Handle("/json", server.JSONHandler(a.rls))
+	mux.Handle("/v1/", server.KVHTTPHandler(kv))
 	mux.Handle("GET /healthcheck", server.HealthHandler(a.Ready))
 	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	a.debugServer = &http.Server{
