@@ -202,37 +202,49 @@ func (l *Limiter) Batch(ctx context.Context, txns []Transaction) (Decision, []De
 	if err := Validate(txns); err != nil {
 		return Decision{}, nil, err
 	}
-	ops := make([]store.Op, 0, len(txns))
-	for i := range txns {
-		t := &txns[i]
-		if t.Disabled {
-			continue
-		}
-		ops = append(ops, store.Op{Key: t.Key, Algorithm: store.GCRA, Action: action(t.Kind), Limit: t.Limit, Cost: t.Cost})
+	each, err := l.apply(ctx, txns, action, true)
+	if err != nil {
+		return Decision{}, nil, fmt.Errorf("apply batch: %w", err)
 	}
-	results := make([]store.Result, len(ops))
-	if len(ops) > 0 {
-		if err := l.store.Do(ctx, l.clock.Now(), store.Batch{Ops: ops, AllOrNothing: true}, results); err != nil {
-			return Decision{}, nil, fmt.Errorf("apply batch: %w", err)
-		}
-	}
-	each := make([]Decision, len(txns))
 	batch := allowedDecision
-	k := 0
 	for i := range txns {
-		if txns[i].Disabled {
-			each[i] = allowedDecision
-			each[i].Index = i
-			continue
-		}
-		r := results[k]
-		k++
-		each[i] = Decision{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: r.RetryIn, ResetIn: r.ResetIn, Index: i}
-		if txns[i].Kind == CheckAndSpend || txns[i].Kind == CheckOnly {
+		if !txns[i].Disabled && (txns[i].Kind == CheckAndSpend || txns[i].Kind == CheckOnly) {
 			batch = Stricter(batch, each[i])
 		}
 	}
 	return batch, each, nil
+}
+
+// apply runs one store operation per enabled transaction, in one batch, and
+// returns each transaction's decision; a disabled transaction is allowed
+// with no limit and never reaches the store.
+func (l *Limiter) apply(ctx context.Context, txns []Transaction, act func(Kind) store.Action, allOrNothing bool) ([]Decision, error) {
+	ops := make([]store.Op, 0, len(txns))
+	for i := range txns {
+		t := &txns[i]
+		if !t.Disabled {
+			ops = append(ops, store.Op{Key: t.Key, Algorithm: store.GCRA, Action: act(t.Kind), Limit: t.Limit, Cost: t.Cost})
+		}
+	}
+	results := make([]store.Result, len(ops))
+	if len(ops) > 0 {
+		if err := l.store.Do(ctx, l.clock.Now(), store.Batch{Ops: ops, AllOrNothing: allOrNothing}, results); err != nil {
+			return nil, err
+		}
+	}
+	each := make([]Decision, len(txns))
+	k := 0
+	for i := range txns {
+		if txns[i].Disabled {
+			each[i] = allowedDecision
+		} else {
+			r := results[k]
+			k++
+			each[i] = Decision{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: r.RetryIn, ResetIn: r.ResetIn}
+		}
+		each[i].Index = i
+	}
+	return each, nil
 }
 
 func action(k Kind) store.Action {
@@ -279,31 +291,17 @@ func (l *Limiter) Refund(ctx context.Context, txns ...Transaction) (Decision, []
 	if err := Validate(txns); err != nil {
 		return Decision{}, nil, err
 	}
-	ops := make([]store.Op, 0, len(txns))
-	for i := range txns {
-		if !txns[i].Disabled {
-			ops = append(ops, store.Op{Key: txns[i].Key, Algorithm: store.GCRA, Action: store.Refund, Limit: txns[i].Limit, Cost: txns[i].Cost})
-		}
+	each, err := l.apply(ctx, txns, func(Kind) store.Action { return store.Refund }, false)
+	if err != nil {
+		return Decision{}, nil, fmt.Errorf("apply refund: %w", err)
 	}
-	results := make([]store.Result, len(ops))
-	if len(ops) > 0 {
-		if err := l.store.Do(ctx, l.clock.Now(), store.Batch{Ops: ops}, results); err != nil {
-			return Decision{}, nil, fmt.Errorf("apply refund: %w", err)
-		}
-	}
-	each := make([]Decision, len(txns))
-	batch := Decision{Allowed: len(ops) > 0, Remaining: math.MaxInt64, Index: -1}
-	k := 0
-	for i := range txns {
+	batch := Decision{Allowed: true, Remaining: math.MaxInt64, Index: -1}
+	enabled := false
+	for i, d := range each {
 		if txns[i].Disabled {
-			each[i] = allowedDecision
-			each[i].Index = i
 			continue
 		}
-		r := results[k]
-		k++
-		d := Decision{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: r.RetryIn, ResetIn: r.ResetIn, Index: i}
-		each[i] = d
+		enabled = true
 		batch.Allowed = batch.Allowed && d.Allowed
 		if d.Remaining < batch.Remaining {
 			batch.Remaining, batch.Index = d.Remaining, i
@@ -311,5 +309,6 @@ func (l *Limiter) Refund(ctx context.Context, txns ...Transaction) (Decision, []
 		batch.RetryIn = max(batch.RetryIn, d.RetryIn)
 		batch.ResetIn = max(batch.ResetIn, d.ResetIn)
 	}
+	batch.Allowed = batch.Allowed && enabled
 	return batch, each, nil
 }

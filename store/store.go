@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluice-rl/sluice/gcra"
@@ -142,3 +143,30 @@ var ErrUnavailable = errors.New("store unavailable")
 // ErrBadBatch reports a batch a store refuses: a repeated bucket, an unknown
 // algorithm or action, or an output slice that is too short.
 var ErrBadBatch = errors.New("bad batch")
+
+// Validate reports an operation no backend accepts, wrapping ErrBadBatch:
+// an unknown algorithm or action, an invalid GCRA limit (a Reset needs
+// none), a window that is not a whole number of seconds, a negative cost.
+func (op *Op) Validate() error {
+	switch op.Algorithm {
+	case GCRA:
+		if op.Action != Reset {
+			if err := op.Limit.Valid(); err != nil {
+				return fmt.Errorf("%w: bucket %q: %w", ErrBadBatch, op.Key, err)
+			}
+		}
+	case FixedWindow:
+		if op.Window.Length < time.Second || op.Window.Length%time.Second != 0 {
+			return fmt.Errorf("%w: bucket %q: window length %s is not a whole number of seconds", ErrBadBatch, op.Key, op.Window.Length)
+		}
+	default:
+		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", ErrBadBatch, op.Key, op.Algorithm)
+	}
+	if op.Action < Spend || op.Action > Reset {
+		return fmt.Errorf("%w: bucket %q: unknown action %d", ErrBadBatch, op.Key, op.Action)
+	}
+	if op.Cost < 0 {
+		return fmt.Errorf("%w: bucket %q: negative cost %d", ErrBadBatch, op.Key, op.Cost)
+	}
+	return nil
+}

@@ -143,7 +143,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		return nil
 	}
 	for i := range ops {
-		if err := checkOp(&ops[i]); err != nil {
+		if err := ops[i].Validate(); err != nil {
 			return err
 		}
 	}
@@ -226,30 +226,6 @@ func hasKey(ops []store.Op, key string) bool {
 // decides reports whether op's decision counts toward its batch's.
 func decides(op *store.Op) bool {
 	return op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.Check)
-}
-
-func checkOp(op *store.Op) error {
-	switch op.Algorithm {
-	case store.GCRA:
-		if op.Action != store.Reset {
-			if err := op.Limit.Valid(); err != nil {
-				return fmt.Errorf("%w: bucket %q: %w", store.ErrBadBatch, op.Key, err)
-			}
-		}
-	case store.FixedWindow:
-		if op.Window.Length < time.Second || op.Window.Length%time.Second != 0 {
-			return fmt.Errorf("%w: bucket %q: window length %s is not a whole number of seconds", store.ErrBadBatch, op.Key, op.Window.Length)
-		}
-	default:
-		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", store.ErrBadBatch, op.Key, op.Algorithm)
-	}
-	if op.Action < store.Spend || op.Action > store.Reset {
-		return fmt.Errorf("%w: bucket %q: unknown action %d", store.ErrBadBatch, op.Key, op.Action)
-	}
-	if op.Cost < 0 {
-		return fmt.Errorf("%w: bucket %q: negative cost %d", store.ErrBadBatch, op.Key, op.Cost)
-	}
-	return nil
 }
 
 // evaluate computes op's result on the bucket state e (ok: the bucket

@@ -59,7 +59,7 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
 	}
 	for i := range ops {
-		if err := checkOp(&ops[i]); err != nil {
+		if err := ops[i].Validate(); err != nil {
 			return err
 		}
 		for j := range i {

@@ -468,28 +468,3 @@ func gcraResult(op *store.Op, now, tat int64, ok, applied bool) store.Result {
 		Applied:   applied,
 	}
 }
-
-// checkOp validates op as the memory store does.
-func checkOp(op *store.Op) error {
-	switch op.Algorithm {
-	case store.GCRA:
-		if op.Action != store.Reset {
-			if err := op.Limit.Valid(); err != nil {
-				return fmt.Errorf("%w: bucket %q: %w", store.ErrBadBatch, op.Key, err)
-			}
-		}
-	case store.FixedWindow:
-		if op.Window.Length < time.Second || op.Window.Length%time.Second != 0 {
-			return fmt.Errorf("%w: bucket %q: window length %s is not a whole number of seconds", store.ErrBadBatch, op.Key, op.Window.Length)
-		}
-	default:
-		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", store.ErrBadBatch, op.Key, op.Algorithm)
-	}
-	if op.Action < store.Spend || op.Action > store.Reset {
-		return fmt.Errorf("%w: bucket %q: unknown action %d", store.ErrBadBatch, op.Key, op.Action)
-	}
-	if op.Cost < 0 {
-		return fmt.Errorf("%w: bucket %q: negative cost %d", store.ErrBadBatch, op.Key, op.Cost)
-	}
-	return nil
-}
