@@ -52,6 +52,9 @@ func (f *Fake) Add(d time.Duration) time.Time {
 	return f.now
 }
 
+// Advance is Add, under the name other fake clocks use.
+func (f *Fake) Advance(d time.Duration) time.Time { return f.Add(d) }
+
 // Set moves the clock to t.
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()

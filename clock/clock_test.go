@@ -18,6 +18,9 @@ func TestFakeMovesOnlyWhenTold(t *testing.T) {
 	if got, want := f.Add(1500*time.Millisecond), start.Add(1500*time.Millisecond); !got.Equal(want) {
 		t.Fatalf("after Add: got %v, want %v", got, want)
 	}
+	if got, want := f.Advance(500*time.Millisecond), start.Add(2*time.Second); !got.Equal(want) {
+		t.Fatalf("after Advance: got %v, want %v", got, want)
+	}
 	later := start.Add(time.Hour)
 	f.Set(later)
 	if got := f.Now(); !got.Equal(later) {
