@@ -132,7 +132,9 @@ func New(o Options, deps Deps) (*App, error) {
 		Metrics:          server.NewMetrics(a.registry),
 		NearLimitRatio:   o.NearLimitRatio,
 		GlobalShadowMode: o.GlobalShadowMode,
+		GlobalQuotaMode:  o.GlobalQuotaMode,
 		ResponseHeaders:  o.ResponseHeaders,
+		DynamicMetadata:  o.ResponseDynamicMetadata,
 		Logger:           log,
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {

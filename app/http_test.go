@@ -69,13 +69,34 @@ func TestJSONEndpoint(t *testing.T) {
 	for _, b := range bad {
 		t.Run(b.name+" gets 400", func(t *testing.T) {
 			code, out := ta.post(t, url, b.body)
-			if code != http.StatusBadRequest || !strings.Contains(out, `"error"`) {
-				t.Fatalf("got %d %s, want 400 with an error", code, out)
+			// envoyproxy/ratelimit's answer, word for word.
+			if code != http.StatusBadRequest || out != "Bad Request\n" {
+				t.Fatalf("got %d %q, want 400 \"Bad Request\\n\"", code, out)
 			}
 		})
 	}
-	if code, _ := ta.get(t, url); code != http.StatusMethodNotAllowed {
-		t.Fatalf("GET /json: got %d, want 405", code)
+	// Like envoyproxy/ratelimit, any method with a request in its body is
+	// served.
+	req, err := http.NewRequest(http.MethodGet, url, strings.NewReader(`{"domain": "basic", "descriptors": [{"entries": [{"key": "ip", "value": "8.8.8.8"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ta.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var answer struct {
+		Statuses []struct {
+			LimitRemaining int `json:"limitRemaining"`
+		} `json:"statuses"`
+	}
+	if err := json.Unmarshal(got, &answer); resp.StatusCode != http.StatusOK || err != nil || answer.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("GET /json with a body: got %d %s, want 200 with 2 remaining", resp.StatusCode, got)
+	}
+	if code, out := ta.get(t, url); code != http.StatusBadRequest || out != "Bad Request\n" {
+		t.Fatalf("GET /json without a body: got %d %q, want 400", code, out)
 	}
 }
 

@@ -35,6 +35,14 @@ type Options struct {
 
 	// GlobalShadowMode answers OK to every Envoy request while counting.
 	GlobalShadowMode bool
+	// GlobalQuotaMode treats every Envoy rule as quota_mode: over-limit
+	// descriptors answer OK and never make the request over the limit
+	// (envoyproxy/ratelimit's QUOTA_MODE).
+	GlobalQuotaMode bool
+	// ResponseDynamicMetadata adds dynamic_metadata describing the request
+	// and its quota-mode violations to Envoy responses
+	// (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+	ResponseDynamicMetadata bool
 	// ResponseHeaders adds RateLimit-Limit/Remaining/Reset headers to Envoy
 	// responses.
 	ResponseHeaders bool
@@ -81,6 +89,7 @@ type RedisOptions struct {
 	KeyPrefix    string        // --redis-key-prefix
 	Clock        string        // --redis-clock local (default) or server
 	EnvoyKeys    bool          // --redis-envoy-keys: envoyproxy/ratelimit's window commands and keys
+	FlushDelay   time.Duration // --redis-flush-delay: wait this long to gather pipelined commands per write; default 0
 }
 
 // Defaults returns the options with every default set.
@@ -117,6 +126,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
 	fs.BoolVar(&o.GlobalShadowMode, "global-shadow-mode", o.GlobalShadowMode, "answer OK to every request while still counting")
+	fs.BoolVar(&o.GlobalQuotaMode, "global-quota-mode", o.GlobalQuotaMode, "treat every rule as quota_mode: over-limit descriptors answer OK")
+	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", o.ResponseDynamicMetadata, "add dynamic_metadata (domain, descriptors, quota-mode violations) to RLS responses")
 	fs.BoolVar(&o.ResponseHeaders, "response-headers", o.ResponseHeaders, "add RateLimit-Limit/Remaining/Reset headers to RLS responses")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", o.NearLimitRatio, "share of a limit past which hits count as near the limit")
 	fs.DurationVar(&o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
@@ -162,6 +173,7 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's keys and commands")
+	fs.DurationVar(&o.Redis.FlushDelay, "redis-flush-delay", o.Redis.FlushDelay, "gather pipelined Redis commands this long per write: fewer system calls under load, more latency (0 to 1ms)")
 
 	return &addrs
 }
@@ -243,6 +255,9 @@ func (o *Options) Validate() error {
 		}
 		if o.Redis.Mode == "sentinel" && o.Redis.MasterName == "" {
 			bad("redis-master", "required with --redis-mode sentinel")
+		}
+		if o.Redis.FlushDelay < 0 || o.Redis.FlushDelay > time.Millisecond {
+			bad("redis-flush-delay", "%s is outside [0, 1ms]", o.Redis.FlushDelay)
 		}
 		if o.Redis.Timeout <= 0 {
 			bad("redis-timeout", "%s must be positive", o.Redis.Timeout)

@@ -291,14 +291,26 @@ func TestGlobalShadowMode(t *testing.T) {
 
 func TestQuotaMode(t *testing.T) {
 	ta := start(t, map[string]string{"modes.yaml": modesConfig}, nil)
-	// a allows 1, b allows 2: the second request has a over and b within,
-	// so it goes through; the third has both over.
-	codesSeen := []rlsv3.RateLimitResponse_Code{}
-	for range 3 {
-		codesSeen = append(codesSeen, ta.ask(t, "modes", desc("quota_a", "x"), desc("quota_b", "x")).OverallCode)
+	// As in envoyproxy/ratelimit, a quota-mode descriptor over its limit
+	// answers OK (with its limit and 0 remaining, but no reset time) and
+	// never makes the request over the limit: a allows 1, b allows 2.
+	var got []string
+	for range 4 {
+		resp := ta.ask(t, "modes", desc("quota_a", "x"), desc("quota_b", "x"))
+		line := resp.OverallCode.String()
+		for _, st := range resp.Statuses {
+			line += fmt.Sprintf(" %v/%d/%d/%t", st.Code, st.CurrentLimit.GetRequestsPerUnit(), st.LimitRemaining, st.DurationUntilReset != nil)
+		}
+		got = append(got, line)
 	}
-	if want := []rlsv3.RateLimitResponse_Code{ok, ok, over}; fmt.Sprint(codesSeen) != fmt.Sprint(want) {
-		t.Fatalf("got %v, want %v", codesSeen, want)
+	want := []string{
+		"OK OK/1/0/true OK/2/1/true",
+		"OK OK/1/0/false OK/2/0/true",
+		"OK OK/1/0/false OK/2/0/false",
+		"OK OK/1/0/false OK/2/0/false",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }
 

@@ -60,8 +60,8 @@ type Rule struct {
 	// value of Key, text containing "*" for a wildcard.
 	Value string
 	// Pattern is Value when the node is a wildcard (Value contains "*"),
-	// "" otherwise. Counter keys of a share_threshold node use the text
-	// before its first "*".
+	// "" otherwise. Counter keys of a share_threshold node use it in place
+	// of the request's value.
 	Pattern string
 	// Depth is the number of request entries that reach the rule: its level
 	// in the tree, 1 for a top-level descriptor.
@@ -114,11 +114,12 @@ type Rule struct {
 
 // level is what a rule needs to know about one node on its path.
 type level struct {
-	key         string
-	segment     string // the node's stats segment: "key" or "key_value"
-	share       bool   // the node has share_threshold
-	sharePrefix string // the node's value up to its first '*'
-	toMetric    bool   // the node has value_to_metric
+	key      string
+	value    string // the node's configured value; "" for a key-only node
+	segment  string // the node's stats segment: "key" or "key_value"
+	wild     bool   // value is a wildcard pattern
+	share    bool   // the node has share_threshold (so it is a wildcard)
+	toMetric bool   // the node has value_to_metric
 }
 
 // Window is the length of one window: Unit times UnitMultiplier. It is 0
@@ -147,8 +148,8 @@ func (r *Rule) WindowSeconds() int64 {
 // the request's key and value (so a node without a value, or a wildcard,
 // still counts each request value separately). When the node matched by
 // entry i has share_threshold, the request's value is replaced by the
-// node's pattern up to its first "*" ("foo" for "foo*"), so every value the
-// wildcard matches shares one counter. The caller appends the window start
+// node's pattern, star included ("foo*"), so every value the wildcard
+// matches shares one counter. The caller appends the window start
 // in decimal Unix seconds (and, for Redis, prepends its key prefix):
 // "mongo_cps_database_users_1700000000".
 //
@@ -160,7 +161,7 @@ func (r *Rule) AppendCacheKey(dst []byte, entries []Entry) []byte {
 		dst = append(dst, e.Key...)
 		dst = append(dst, '_')
 		if i < len(r.levels) && r.levels[i].share {
-			dst = append(dst, r.levels[i].sharePrefix...)
+			dst = append(dst, r.levels[i].value...)
 		} else {
 			dst = append(dst, e.Value...)
 		}
@@ -181,30 +182,54 @@ func (r *Rule) CacheKey(entries []Entry) string {
 }
 
 // MetricKey is the key under which metrics for a request descriptor matched
-// by r are reported. It is StatsKey, except that with DetailedMetric every
-// level uses the request's "key_value" ("domain.key1_value1.key2_value2"),
-// and a level whose node has value_to_metric uses the request's
-// "key_value" instead of the node's segment. entries must be the
-// descriptor that matched r. Only those two flags cost an allocation.
+// by r are reported, as envoyproxy/ratelimit names its stats. entries must
+// be the descriptor that matched r. Only the two flags below cost an
+// allocation; otherwise it is StatsKey.
+//
+// With DetailedMetric every level is the request's "key_value"
+// ("domain.key1_value1.key2_value2", the "_" kept for an empty value),
+// except that when a level's node has share_threshold, that level is
+// "key_pattern" ("key_foo*") and the other levels drop the "_" of an empty
+// value.
+//
+// Otherwise, when a node on the path has value_to_metric, its level is the
+// request's "key_value" (just "key" for an empty value), unless the node is
+// a share_threshold wildcard, which keeps "key_pattern"; the other levels
+// keep their configured segments.
 func (r *Rule) MetricKey(entries []Entry) string {
-	detailed := r.DetailedMetric
-	toMetric := false
+	toMetric, share := false, false
 	for _, l := range r.levels {
 		toMetric = toMetric || l.toMetric
+		share = share || l.share
 	}
-	if !detailed && !toMetric {
+	if !r.DetailedMetric && !toMetric {
 		return r.StatsKey
 	}
 	var b strings.Builder
 	b.WriteString(r.Domain)
 	for i, e := range entries {
 		b.WriteByte('.')
-		if detailed || (i < len(r.levels) && r.levels[i].toMetric) {
+		var l level
+		if i < len(r.levels) {
+			l = r.levels[i]
+		}
+		switch {
+		case l.share:
+			b.WriteString(e.Key)
+			b.WriteByte('_')
+			b.WriteString(l.value)
+		case r.DetailedMetric && !share:
 			b.WriteString(e.Key)
 			b.WriteByte('_')
 			b.WriteString(e.Value)
-		} else if i < len(r.levels) {
-			b.WriteString(r.levels[i].segment)
+		case r.DetailedMetric, l.toMetric:
+			b.WriteString(e.Key)
+			if e.Value != "" {
+				b.WriteByte('_')
+				b.WriteString(e.Value)
+			}
+		default:
+			b.WriteString(l.segment)
 		}
 	}
 	return b.String()

@@ -377,12 +377,12 @@ func TestCacheKey(t *testing.T) {
 			entries: entries("to_number", "2061111111"), want: "messaging_to_number_2061111111_"},
 		{name: "nested entries are joined in request order", domain: "messaging",
 			entries: entries("message_type", "marketing", "to_number", "2061111111"), want: "messaging_message_type_marketing_to_number_2061111111_"},
-		{name: "a share_threshold wildcard puts its prefix in place of the value", domain: "share",
-			entries: entries("tenant", "acme-east"), want: "share_tenant_acme_"},
+		{name: "a share_threshold wildcard puts its pattern in place of the value", domain: "share",
+			entries: entries("tenant", "acme-east"), want: "share_tenant_acme*_"},
 		{name: "a wildcard without share_threshold keeps the value", domain: "share",
 			entries: entries("tenant", "globex-east"), want: "share_tenant_globex-east_"},
 		{name: "a shared level above a valueless level shares only its own value", domain: "share",
-			entries: entries("org", "eu-1-prod", "user", "ann"), want: "share_org_eu-_user_ann_"},
+			entries: entries("org", "eu-1-prod", "user", "ann"), want: "share_org_eu-*-prod_user_ann_"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -443,6 +443,27 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 1}
   - key: plain
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: vm
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: shared
+    value: p*
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: st
+    value: x*
+    share_threshold: true
+    descriptors:
+      - key: sub
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: dm
+    detailed_metric: true
+    descriptors:
+      - key: sub
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 1}
 `)
 	tests := []struct {
 		name    string
@@ -453,6 +474,11 @@ descriptors:
 		{name: "an explicit value uses the rule's key", entries: entries("key1", "value1"), want: "m.key1_value1"},
 		{name: "value_to_metric replaces only its own level's segment", entries: entries("svc", "abc", "user", "u1"), want: "m.svc_abc.user"},
 		{name: "a plain rule reports its stats key", entries: entries("plain", "x"), want: "m.plain"},
+		{name: "value_to_metric with an empty value reports the key alone", entries: entries("vm", ""), want: "m.vm"},
+		{name: "value_to_metric on a share_threshold wildcard keeps the pattern", entries: entries("shared", "p1"), want: "m.shared_p*"},
+		{name: "detailed_metric below a share_threshold wildcard keeps the pattern", entries: entries("st", "x1", "sub", "s"), want: "m.st_x*.sub_s"},
+		{name: "detailed_metric below a share_threshold wildcard drops the _ of an empty value", entries: entries("st", "x1", "sub", ""), want: "m.st_x*.sub"},
+		{name: "detailed_metric keeps the _ of an empty value", entries: entries("dm", "", "sub", ""), want: "m.dm_.sub_"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -506,7 +532,7 @@ func TestReplacesAndExtensions(t *testing.T) {
 		if r == nil || !r.ShareThreshold || r.UnitMultiplier != 3 || r.Unit != window.Week {
 			t.Fatalf("got %+v, want a shared weekly rule over 3 weeks", r)
 		}
-		if got, want := r.CacheKey(e), "everything_token__"; got != want {
+		if got, want := r.CacheKey(e), "everything_token_*_"; got != want {
 			t.Errorf("cache key: got %q, want %q", got, want)
 		}
 	})

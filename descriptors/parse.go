@@ -355,10 +355,8 @@ func (p *parser) descriptor(item *yaml.Node, idx *levelIndex, seen map[string]bo
 	if flags[4] && !nd.pat.wild {
 		p.errorf(shareNode, "share_threshold: true needs a wildcard value containing \"*\", descriptor %q has value %q", composite, nd.value)
 	}
-	lv := level{key: nd.key, segment: composite, toMetric: flags[3]}
-	if flags[4] && nd.pat.wild {
-		lv.share, lv.sharePrefix = true, nd.pat.prefix
-	}
+	lv := level{key: nd.key, value: nd.value, segment: composite, wild: nd.pat.wild,
+		share: flags[4] && nd.pat.wild, toMetric: flags[3]}
 	here := append(append(make([]level, 0, len(path)+1), path...), lv)
 	statsKey := statsPrefix + composite
 

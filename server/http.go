@@ -21,35 +21,41 @@ import (
 // MaxBodyBytes bounds a request body on the HTTP API: 1 MiB.
 const MaxBodyBytes = 1 << 20
 
-// JSONHandler serves POST /json: a RateLimitRequest in proto3 JSON, answered
-// with the RateLimitResponse in proto3 JSON: 200 when OK, 429 when over the
-// limit, 400 for an empty, malformed or ill-typed body or an invalid
-// request, 503 when the store is unavailable.
+// JSONHandler serves /json as envoyproxy/ratelimit does: a
+// RateLimitRequest in proto3 JSON in the body (of a request with any
+// method), answered with the RateLimitResponse in proto3 JSON: 200 when
+// OK, 429 when over the limit. Errors are answered in plain text with the
+// status's name as the body ("Bad Request"): 400 for an empty, malformed
+// or ill-typed body or an invalid request, 503 when the store is
+// unavailable, 500 otherwise. The reason is logged at debug level.
 func JSONHandler(rls *RLS) http.Handler {
+	fail := func(w http.ResponseWriter, code int, err error) {
+		rls.opts.Logger.Debug("json request refused", "status", code, "err", err)
+		http.Error(w, http.StatusText(code), code)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed, use POST", r.Method)
-			return
-		}
 		body, err := readBody(w, r)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "%v", err)
+			fail(w, http.StatusBadRequest, err)
 			return
 		}
 		var req rlsv3.RateLimitRequest
 		if err := protojson.Unmarshal(body, &req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid RateLimitRequest JSON: %v", err)
+			fail(w, http.StatusBadRequest, err)
 			return
 		}
 		resp, err := rls.ShouldRateLimit(r.Context(), &req)
 		if err != nil {
-			writeError(w, httpStatus(err), "%s", status.Convert(err).Message())
+			code := httpStatus(err)
+			if code == http.StatusInternalServerError || code == 499 {
+				code = http.StatusBadRequest // envoyproxy/ratelimit's answer to any failed call
+			}
+			fail(w, code, err)
 			return
 		}
 		out, err := protojson.Marshal(resp)
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, "encode response: %v", err)
+			fail(w, http.StatusInternalServerError, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

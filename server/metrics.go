@@ -1,6 +1,8 @@
 package server
 
 import (
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	rule := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "sluice", Subsystem: "ratelimit", Name: name,
-			Help: help + " Label rule: the rule's stats key (domain.key_value...), or \"overflow\" past 10000 keys.",
+			Help: help + " Label rule: the rule's stats key as envoyproxy/ratelimit names it (domain.key_value..., with ':', '|' and the dots of IPv4 addresses as '_'), or \"overflow\" past 10000 keys.",
 		}, []string{"rule"})
 	}
 	m := &Metrics{
@@ -85,7 +87,7 @@ func (m *Metrics) rule(key string) *ruleStats {
 	if st, ok := m.rules[key]; ok {
 		return st
 	}
-	label := key
+	label := statName(key)
 	if len(m.rules) >= maxRuleLabels {
 		label = "overflow"
 	}
@@ -100,6 +102,23 @@ func (m *Metrics) rule(key string) *ruleStats {
 		m.rules[key] = st
 	}
 	return st
+}
+
+// ipv4 finds dotted IPv4 addresses in a stats key.
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// statName is the name envoyproxy/ratelimit gives a stats key: ':' and '|'
+// become '_', and so do the dots of an IPv4 address, so that
+// "edge.remote_address_10.0.0.1" is reported as
+// "edge.remote_address_10_0_0_1".
+func statName(key string) string {
+	if !strings.ContainsAny(key, ":|.") {
+		return key
+	}
+	key = strings.NewReplacer(":", "_", "|", "_").Replace(key)
+	return ipv4.ReplaceAllStringFunc(key, func(ip string) string {
+		return strings.ReplaceAll(ip, ".", "_")
+	})
 }
 
 func (m *Metrics) observeRequest(d time.Duration, code codes.Code) {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/descriptors"
@@ -44,6 +45,17 @@ type RLSOptions struct {
 	NearLimitRatio float64
 	// GlobalShadowMode answers OK to every request while still counting.
 	GlobalShadowMode bool
+	// GlobalQuotaMode treats every rule as quota_mode: a descriptor over
+	// its limit answers OK (keeping current_limit and limit_remaining) and
+	// never makes the overall code OVER_LIMIT.
+	GlobalQuotaMode bool
+	// DynamicMetadata adds envoyproxy/ratelimit's response dynamic
+	// metadata: the domain, each descriptor's entries ("key=value"),
+	// limit override and hits_addend, the request's hits_addend, the
+	// indexes of quota-mode descriptors over their limit
+	// (quotaModeViolations), and whether any matched rule is in quota mode
+	// (quotaModeEnabled).
+	DynamicMetadata bool
 	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset headers for the descriptor closest to its limit.
 	ResponseHeaders bool
@@ -117,7 +129,8 @@ type check struct {
 	quota      bool
 	statsKey   string
 
-	op int // index into the store batch, or -1
+	op             int  // index into the store batch, or -1
+	quotaViolation bool // over the limit, answered OK by quota mode
 }
 
 // ShouldRateLimit implements RateLimitServiceServer.
@@ -193,17 +206,18 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		if r == nil {
 			continue
 		}
-		if r.Unlimited {
-			c.unlimited = true
-			continue
-		}
-		c.rule = r
+		// An unlimited rule's replaces count too, as in envoyproxy/ratelimit.
 		for _, name := range r.Replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
 			replaced[name] = true
 		}
+		if r.Unlimited {
+			c.unlimited = true
+			continue
+		}
+		c.rule = r
 	}
 	for i := range checks {
 		c := &checks[i]
@@ -239,7 +253,11 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			return nil, fmt.Errorf("count descriptors: %w", err)
 		}
 	}
-	return s.respond(checks, results), nil
+	resp := s.respond(checks, results)
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, checks, resp)
+	}
+	return resp, nil
 }
 
 // useOverride makes c count against the limit the request carries, as
@@ -321,24 +339,19 @@ func overrideCacheKey(domain string, entries []descriptors.Entry) string {
 }
 
 // respond turns the store's results into the response, with statistics.
+//
+// As in envoyproxy/ratelimit, a quota-mode descriptor over its limit (every
+// descriptor with GlobalQuotaMode) answers OK with its current_limit and
+// limit_remaining but no duration_until_reset, and never makes the overall
+// code OVER_LIMIT. The response headers describe the descriptor with the
+// least remaining among those with a limit, the last one over the limit if
+// any is; a quota-mode descriptor over its limit is a candidate like the
+// others (with 0 remaining) but does not take precedence.
 func (s *RLS) respond(checks []check, results []store.Result) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 	overall := rlsv3.RateLimitResponse_OK
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
-
-	// Quota-mode descriptors are over only when all of them are.
-	quotaSeen, quotaAllOver := false, true
-	for i := range checks {
-		c := &checks[i]
-		if c.op >= 0 && c.quota {
-			quotaSeen = true
-			if !isOver(c, results[c.op]) {
-				quotaAllOver = false
-			}
-		}
-	}
-	quotaOver := quotaSeen && quotaAllOver
 
 	for i := range checks {
 		c := &checks[i]
@@ -363,20 +376,27 @@ func (s *RLS) respond(checks []check, results []store.Result) *rlsv3.RateLimitRe
 		}
 		st.DurationUntilReset = durationpb.New(resetIn(c, r, over))
 		s.record(c, r, over)
-		switch {
-		case over && c.shadow:
-			st.Code = rlsv3.RateLimitResponse_OK
-		case over && c.quota && !quotaOver:
+		if over && c.shadow {
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		if s.opts.ResponseHeaders && st.LimitRemaining < closestRemaining {
 			closest, closestRemaining = st, st.LimitRemaining
 		}
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			overall = rlsv3.RateLimitResponse_OVER_LIMIT
-			closest, closestRemaining = st, 0
-		}
 		resp.Statuses[i] = st
+		if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			continue
+		}
+		if c.quota || s.opts.GlobalQuotaMode {
+			c.quotaViolation = true
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{
+				Code:           rlsv3.RateLimitResponse_OK,
+				CurrentLimit:   st.CurrentLimit,
+				LimitRemaining: st.LimitRemaining,
+			}
+			continue
+		}
+		overall = rlsv3.RateLimitResponse_OVER_LIMIT
+		closest, closestRemaining = st, 0
 	}
 	if s.opts.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
@@ -393,6 +413,47 @@ func (s *RLS) respond(checks []check, results []store.Result) *rlsv3.RateLimitRe
 	}
 	resp.OverallCode = overall
 	return resp
+}
+
+// dynamicMetadata describes the request and its quota-mode violations as
+// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check, resp *rlsv3.RateLimitResponse) *structpb.Struct {
+	ds := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		ds = append(ds, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	f := map[string]*structpb.Value{
+		"domain":      structpb.NewStringValue(req.GetDomain()),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: ds}),
+	}
+	if h := req.GetHitsAddend(); h != 0 {
+		f["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	var violations []*structpb.Value
+	enabled := false
+	for i := range checks {
+		c := &checks[i]
+		if c.quotaViolation {
+			violations = append(violations, structpb.NewNumberValue(float64(i)))
+		}
+		enabled = enabled || (c.rule != nil && c.quota)
+	}
+	if len(violations) > 0 {
+		f["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
+	}
+	f["quotaModeEnabled"] = structpb.NewBoolValue(enabled)
+	return &structpb.Struct{Fields: f}
 }
 
 // isOver reports whether c is over its limit given its store result.
