@@ -89,7 +89,6 @@ type RedisOptions struct {
 	KeyPrefix    string        // --redis-key-prefix
 	Clock        string        // --redis-clock local (default) or server
 	EnvoyKeys    bool          // --redis-envoy-keys: envoyproxy/ratelimit's window commands and keys
-	FlushDelay   time.Duration // --redis-flush-delay: wait this long to gather pipelined commands per write; default 0
 }
 
 // Defaults returns the options with every default set.
@@ -173,7 +172,6 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's keys and commands")
-	fs.DurationVar(&o.Redis.FlushDelay, "redis-flush-delay", o.Redis.FlushDelay, "gather pipelined Redis commands this long per write: fewer system calls under load, more latency (0 to 1ms)")
 
 	return &addrs
 }
@@ -255,9 +253,6 @@ func (o *Options) Validate() error {
 		}
 		if o.Redis.Mode == "sentinel" && o.Redis.MasterName == "" {
 			bad("redis-master", "required with --redis-mode sentinel")
-		}
-		if o.Redis.FlushDelay < 0 || o.Redis.FlushDelay > time.Millisecond {
-			bad("redis-flush-delay", "%s is outside [0, 1ms]", o.Redis.FlushDelay)
 		}
 		if o.Redis.Timeout <= 0 {
 			bad("redis-timeout", "%s must be positive", o.Redis.Timeout)
