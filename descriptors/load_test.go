@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/window"
 )
 
 func TestBadFixtures(t *testing.T) {
@@ -155,6 +157,20 @@ func TestParseEdgeCases(t *testing.T) {
 			wantErr: `x.yaml:4: invalid requests_per_unit 4294967296, must be between 0 and 4294967295`},
 		{name: "a fractional requests_per_unit is reported", yaml: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n",
 			wantErr: `x.yaml:4: invalid requests_per_unit "1.5", must be a whole number`},
+		{name: "a whole requests_per_unit written as a float is refused, as envoyproxy/ratelimit does", yaml: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2.0}\n",
+			wantErr: `x.yaml:4: invalid requests_per_unit "2.0", must be a whole number`},
+		{name: "an unquoted float value is refused, as envoyproxy/ratelimit does", yaml: "domain: d\ndescriptors:\n  - key: k\n    value: 1.5\n",
+			wantErr: `x.yaml:4: invalid value "1.5": a floating-point number, quote it if it is a string`},
+		{name: "a quoted float value is a string", yaml: "domain: d\ndescriptors:\n  - key: k\n    value: \"1.5\"\n"},
+		{name: "a known field in the wrong place is ignored, as envoyproxy/ratelimit does", yaml: "domain: d\ndescriptors:\n  - key: k\n    unit: second\n    name: n\n    rate_limit: {unit: second, requests_per_unit: 1, key: x, descriptors: [{key: y}]}\n"},
+		{name: "a float in an ignored field is still refused", yaml: "domain: d\ndescriptors:\n  - key: k\n    requests_per_unit: 1.5\n",
+			wantErr: `x.yaml:4: invalid value "1.5": a floating-point number, quote it if it is a string`},
+		{name: "an unknown field inside an ignored one is still refused", yaml: "domain: d\ndescriptors:\n  - key: k\n    replaces: [{colour: red}]\n",
+			wantErr: `x.yaml:4: unknown field "colour"`},
+		{name: "unlimited with a unit nobody knows is valid, as in envoyproxy/ratelimit", yaml: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: fortnight}\n"},
+		{name: "a merge key copies fields the map does not set", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit: &rl {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit:\n      <<: *rl\n      requests_per_unit: 2\n"},
+		{name: "a merge key must name a map", yaml: "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      <<: 5\n      unit: second\n",
+			wantErr: `x.yaml:5: a merge key in rate_limit must name a map, got "5"`},
 		{name: "requests_per_unit 0 is valid", yaml: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n"},
 		{name: "burst needs a refill rate", yaml: "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0, burst: 5}\n",
 			wantErr: `x.yaml:4: burst needs requests_per_unit > 0 to refill`},
@@ -370,5 +386,24 @@ func TestExampleConfigsLoad(t *testing.T) {
 	}
 	if r := c.Match("edge_proxy", entries("remote_address", "10.0.0.10")); r == nil || !r.Unlimited {
 		t.Errorf("health checker: got %v, want unlimited", r)
+	}
+}
+
+func TestMergeKeysAndIgnoredFields(t *testing.T) {
+	t.Parallel()
+	c := configOf(t, `
+domain: d
+descriptors:
+  - key: a
+    rate_limit: &rl {unit: minute, requests_per_unit: 1, name: base}
+  - key: b
+    unit: second
+    rate_limit:
+      <<: *rl
+      requests_per_unit: 2
+`)
+	r := c.Match("d", entries("b", "x"))
+	if r == nil || r.RequestsPerUnit != 2 || r.Unit != window.Minute || r.Name != "base" {
+		t.Fatalf("got %+v, want 2 per minute named base (merged, own field winning)", r)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -146,10 +147,25 @@ type field struct {
 	key, val *yaml.Node
 }
 
+// envoyKeys are the field names envoyproxy/ratelimit accepts anywhere in a
+// file: it checks names against this one set, not per map, and ignores a
+// known name in the wrong place. Parse does the same, so that every file
+// it loads loads here too.
+var envoyKeys = map[string]bool{
+	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true,
+	"unit": true, "requests_per_unit": true, "unlimited": true, "shadow_mode": true,
+	"quota_mode": true, "name": true, "replaces": true, "detailed_metric": true,
+	"value_to_metric": true, "share_threshold": true,
+}
+
 // fields lists the pairs of mapping n, reporting keys that are not in
-// known (where says what the map is), duplicated or not strings.
+// known (where says what the map is), duplicated or not strings. YAML merge
+// keys ("<<: *anchor") are expanded, the map's own keys winning. A key that
+// is not in known but is one of envoyKeys is ignored, as
+// envoyproxy/ratelimit ignores it, after checking its value as that server
+// would (see ignored).
 func (p *parser) fields(n *yaml.Node, where string, known ...string) []field {
-	var out []field
+	var out, merged []field
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
 		if k == nil || v == nil {
@@ -159,6 +175,10 @@ func (p *parser) fields(n *yaml.Node, where string, known ...string) []field {
 			p.errorf(k, "%s has a key that is %s, not a field name", where, describe(k))
 			continue
 		}
+		if k.Tag == "!!merge" {
+			merged = append(merged, p.merge(v, where, known)...)
+			continue
+		}
 		dup := false
 		for _, f := range out {
 			dup = dup || f.name == k.Value
@@ -166,13 +186,97 @@ func (p *parser) fields(n *yaml.Node, where string, known ...string) []field {
 		switch {
 		case dup:
 			p.errorf(k, "duplicate field %q in %s", k.Value, where)
+		case !contains(known, k.Value) && envoyKeys[k.Value]:
+			p.ignored(v)
 		case !contains(known, k.Value):
 			p.errorf(k, "unknown field %q in %s, must be one of %s", k.Value, where, strings.Join(known, ", "))
 		default:
 			out = append(out, field{name: k.Value, key: k, val: v})
 		}
 	}
+	for _, m := range merged {
+		dup := false
+		for _, f := range out {
+			dup = dup || f.name == m.name
+		}
+		if !dup {
+			out = append(out, m)
+		}
+	}
 	return out
+}
+
+// merge reads the value of a merge key: a map, or a list of maps whose
+// earlier entries win.
+func (p *parser) merge(v *yaml.Node, where string, known []string) []field {
+	switch v.Kind {
+	case yaml.MappingNode:
+		return p.fields(v, where, known...)
+	case yaml.SequenceNode:
+		var out []field
+		for _, item := range v.Content {
+			item = p.deref(item)
+			if item == nil {
+				return out
+			}
+			if item.Kind != yaml.MappingNode {
+				p.errorf(item, "a merge key in %s must name maps, got %s", where, describe(item))
+				continue
+			}
+			for _, f := range p.fields(item, where, known...) {
+				if !slices.ContainsFunc(out, func(o field) bool { return o.name == f.name }) {
+					out = append(out, f)
+				}
+			}
+		}
+		return out
+	}
+	p.errorf(v, "a merge key in %s must name a map, got %s", where, describe(v))
+	return nil
+}
+
+// ignored checks a value Parse ignores as envoyproxy/ratelimit checks
+// every value: maps may only have envoyKeys, lists may only hold maps, and
+// no scalar may be a floating-point number.
+func (p *parser) ignored(n *yaml.Node) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
+			if k == nil || v == nil {
+				return
+			}
+			if k.Kind != yaml.ScalarNode || (k.Tag != "!!merge" && !envoyKeys[k.Value]) {
+				p.errorf(k, "unknown field %s", describe(k))
+				continue
+			}
+			p.ignored(v)
+		}
+	case yaml.SequenceNode:
+		for _, item := range n.Content {
+			if item = p.deref(item); item == nil {
+				return
+			}
+			if item.Kind != yaml.MappingNode {
+				p.errorf(item, "a list may only hold maps, got %s", describe(item))
+				continue
+			}
+			p.ignored(item)
+		}
+	case yaml.ScalarNode:
+		p.notFloat(n, "value")
+	}
+}
+
+// notFloat reports a floating-point scalar: envoyproxy/ratelimit refuses
+// files with one anywhere ("1.5", "2.0", "1e3"), even where a string is
+// expected; quote it to make it a string. It reports whether n is fine.
+func (p *parser) notFloat(n *yaml.Node, name string) bool {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" {
+		p.errorf(n, "invalid %s %s: a floating-point number, quote it if it is a string", name, describe(n))
+		return false
+	}
+	return true
 }
 
 func contains(list []string, s string) bool {
@@ -190,6 +294,9 @@ func (p *parser) str(n *yaml.Node, name string) string {
 	}
 	if n.Kind != yaml.ScalarNode {
 		p.errorf(n, "%s must be a string, got %s", name, describe(n))
+		return ""
+	}
+	if !p.notFloat(n, name) {
 		return ""
 	}
 	return n.Value
@@ -212,13 +319,10 @@ func (p *parser) uint32(n *yaml.Node, name string, lo int64) uint32 {
 	if isNull(n) {
 		return 0
 	}
-	var (
-		v int64
-		f float64
-	)
-	// The YAML decoder would truncate 1.5 to 1; a fraction is a mistake.
-	fraction := n.Tag == "!!float" && (n.Decode(&f) != nil || f != math.Trunc(f))
-	if n.Kind != yaml.ScalarNode || fraction || n.Decode(&v) != nil {
+	var v int64
+	// The YAML decoder would truncate 1.5 to 1; and envoyproxy/ratelimit
+	// refuses any floating-point number, 2.0 and 1e3 included.
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!float" || n.Decode(&v) != nil {
 		p.errorf(n, "invalid %s %s, must be a whole number", name, describe(n))
 		return 0
 	}
@@ -423,7 +527,8 @@ func (p *parser) rateLimit(n *yaml.Node) *Rule {
 		unitName = p.str(unit, "unit")
 	}
 	switch {
-	case r.Unlimited && unitName != "":
+	case r.Unlimited && validUnit(unitName):
+		// envoyproxy/ratelimit ignores a unit it does not know here.
 		p.errorf(unit, "should not specify rate limit unit %q when unlimited is true", unitName)
 	case r.Unlimited && burst != nil:
 		p.errorf(burst, "should not specify burst when unlimited is true")
@@ -451,6 +556,11 @@ func (p *parser) rateLimit(n *yaml.Node) *Rule {
 		return nil
 	}
 	return r
+}
+
+func validUnit(name string) bool {
+	_, err := window.ParseUnit(name)
+	return err == nil
 }
 
 // replaces reads the list of rules a rate_limit replaces: their names
