@@ -238,7 +238,7 @@ func (r *Rule) MetricKey(entries []Entry) string {
 // String describes the rule on one line, in the style of
 // envoyproxy/ratelimit's /rlconfig page:
 //
-//	mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false
+//	mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false
 //
 // The Sluice extensions appear only when set, as " unit_multiplier=N" and
 // " burst=N" after requests_per_unit.
@@ -251,7 +251,7 @@ func (r *Rule) String() string {
 	if r.Burst > 0 {
 		fmt.Fprintf(&b, " burst=%d", r.Burst)
 	}
-	fmt.Fprintf(&b, ", shadow_mode: %t", r.ShadowMode)
+	fmt.Fprintf(&b, ", shadow_mode: %t, quota_mode: %t", r.ShadowMode, r.QuotaMode)
 	return b.String()
 }
 

@@ -36,7 +36,7 @@ descriptors:
 	fmt.Println(r.CacheKey(req))
 	fmt.Println(c.Match("messaging", req[:1]))
 	// Output:
-	// messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false
+	// messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false, quota_mode: false
 	// messaging_message_type_marketing_to_number_2061111111_
 	// <nil>
 }

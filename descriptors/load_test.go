@@ -129,8 +129,8 @@ func TestGoodFixtures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false\n" +
-			"mongo_cps.database_default: unit=SECOND requests_per_unit=500, shadow_mode: false\n"
+		want := "mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false\n" +
+			"mongo_cps.database_default: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false\n"
 		if got := c.String(); got != want {
 			t.Errorf("got\n%s\nwant\n%s", got, want)
 		}

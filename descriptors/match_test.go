@@ -521,7 +521,7 @@ func TestReplacesAndExtensions(t *testing.T) {
 		if r == nil || r.Burst != 10 || r.UnitMultiplier != 2 || r.WindowSeconds() != 7200 || r.Window().Hours() != 2 {
 			t.Fatalf("got %+v, want burst 10 over 2 hours", r)
 		}
-		want := "everything.upload: unit=HOUR requests_per_unit=100 unit_multiplier=2 burst=10, shadow_mode: false"
+		want := "everything.upload: unit=HOUR requests_per_unit=100 unit_multiplier=2 burst=10, shadow_mode: false, quota_mode: false"
 		if got := r.String(); got != want {
 			t.Errorf("got %q, want %q", got, want)
 		}
@@ -558,10 +558,10 @@ descriptors:
       unit: minute
       requests_per_unit: 100
 `)
-	want := `internal.ldap: unit=UNKNOWN requests_per_unit=0, shadow_mode: false
-internal.azure: unit=MINUTE requests_per_unit=100, shadow_mode: true
-messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false
-messaging.to_number: unit=DAY requests_per_unit=100, shadow_mode: false
+	want := `internal.ldap: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false
+internal.azure: unit=MINUTE requests_per_unit=100, shadow_mode: true, quota_mode: false
+messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false, quota_mode: false
+messaging.to_number: unit=DAY requests_per_unit=100, shadow_mode: false, quota_mode: false
 `
 	if got := c.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
