@@ -90,8 +90,9 @@ type Rule struct {
 
 	// ShadowMode rules are counted but always answer OK.
 	ShadowMode bool
-	// QuotaMode rules make a request over the limit only when every quota
-	// mode rule that matched it is over.
+	// QuotaMode rules count as usual, but over the limit they answer OK
+	// (reporting the limit and 0 remaining) and never make the request
+	// over the limit, as in envoyproxy/ratelimit.
 	QuotaMode bool
 	// DetailedMetric asks for metrics keyed by the request's values (see
 	// MetricKey).
