@@ -3,6 +3,8 @@
 GO        ?= go
 FUZZTIME  ?= 3s
 PKGS      ?= ./...
+# TESTFLAGS go to go test; CI sets -count=1 so no result comes from the cache.
+TESTFLAGS ?=
 
 .PHONY: all build test unit fuzz vet fmt bench proto
 
@@ -20,7 +22,7 @@ vet:
 	$(GO) vet $(PKGS)
 
 unit:
-	$(GO) test -race -timeout 20m $(PKGS)
+	$(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
 
 # Runs each native fuzz target for FUZZTIME. Targets are found by name in
 # the test files, so a new target is fuzzed without editing this file.
