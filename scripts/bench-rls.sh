@@ -48,6 +48,7 @@ run() { # name addr
   for d in 1 5; do
     for c in 16 64; do
       redis-cli -p "$REDIS_PORT" flushall >/dev/null
+      redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
       local before after line calls
       before=$(commands)
       line=$("$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" --duration "$DURATION" --warmup 0s)

@@ -28,9 +28,10 @@
 //     decimal Unix seconds (window.Start), envoyproxy/ratelimit's layout: for
 //     the Envoy front door Op.Key is "domain_key1_value1_key2_value2_", so
 //     the key is prefix + "domain_key1_value1_key2_value2_1767225600".
-//     Value the hit counter as a decimal integer; each hit sets the TTL to
-//     the window length in seconds (INCRBY key cost; EXPIRE key length),
-//     as envoyproxy/ratelimit does without its optional expiration jitter.
+//     Value the hit counter as a decimal integer, with a TTL of the window
+//     length in seconds. The script counts a hit with one INCRBY and sets
+//     the TTL (EXPIRE key length) on the window's first hit only: the key
+//     names its window, so a later hit has no need to push the expiry out.
 //
 // With Options.EnvoyCompatible the fixed-window spends and checks are not
 // scripted at all: a spend is exactly envoyproxy/ratelimit's pipelined

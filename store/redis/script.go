@@ -110,8 +110,14 @@ for i = 1, n do
     key = key .. string.format('%d', nh - nh % len)
   end
   keys[i] = key
-  local v = redis.call('GET', key)
-  if alg == 'g' then
+  -- A window hit needs no read: INCRBY in the second pass tells the count.
+  local lazy = alg == 'w' and (act == 's' or act == 'o') and a ~= '0'
+    and string.sub(code, 2, 2) == act
+  local v = false
+  if not lazy then v = redis.call('GET', key) end
+  if lazy then
+    cnt[i] = false
+  elseif alg == 'g' then
     local h, l = 0, 0
     if v then
       local th, tl = parse(v)
@@ -158,6 +164,17 @@ for i = 1, n do
         if not dry and existed and after ~= cnt[i] then
           redis.call('INCRBY', key, after - cnt[i])
         end
+      end
+    elseif cnt[i] == false then
+      -- A lazy hit (see the first pass): the key's first hit in its
+      -- window sets the expiry, later hits keep it.
+      applied = 1
+      local after = redis.call('INCRBY', key, cost)
+      if after == cost then
+        redis.call('EXPIRE', key, tonumber(b))
+        out[2 * i] = ''
+      else
+        out[2 * i] = string.format('%d', after - cost)
       end
     elseif act ~= 'c' and cost ~= 0 then
       applied = 1
