@@ -88,7 +88,7 @@ type RedisOptions struct {
 	Timeout      time.Duration // --redis-timeout, default 100ms
 	KeyPrefix    string        // --redis-key-prefix
 	Clock        string        // --redis-clock local (default) or server
-	EnvoyKeys    bool          // --redis-envoy-keys: envoyproxy/ratelimit's window commands and keys
+	EnvoyKeys    bool          // --redis-envoy-keys (default true): fixed windows counted with envoyproxy/ratelimit's commands and keys
 }
 
 // Defaults returns the options with every default set.
@@ -104,7 +104,7 @@ func Defaults() Options {
 		ReloadDelay:     250 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second,
 		OnStoreError:    "error",
-		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local"},
+		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true},
 	}
 }
 
@@ -171,7 +171,7 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.DurationVar(&o.Redis.Timeout, "redis-timeout", o.Redis.Timeout, "bound on each Redis call")
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
-	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's keys and commands")
+	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's pipelined INCRBY+EXPIRE on its keys (false: with the Lua script)")
 
 	return &addrs
 }

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Measures the Envoy RLS API over gRPC on loopback: Sluice with the memory
-# store, Sluice with Redis, and — when ENVOY_RATELIMIT_BIN names an
-# envoyproxy/ratelimit binary — envoyproxy/ratelimit on the same Redis, for
-# 1 and 5 descriptors per request and 16 and 64 concurrent callers. Prints
-# one line per run: calls/s, latency percentiles, and Redis commands per
-# call (from INFO commandstats).
+# Measures the Envoy RLS API over gRPC on loopback, driven by `sluice bench`:
+# Sluice with the memory store; Sluice with Redis (the default, fixed
+# windows counted with pipelined INCRBY+EXPIRE); Sluice with Redis and
+# windows counted by the Lua script; and, when ENVOY_RATELIMIT_BIN names an
+# envoyproxy/ratelimit binary, envoyproxy/ratelimit on the same Redis. Each
+# for 1 and 5 descriptors per request and 16 and 64 concurrent callers.
+#
+# One line per run: calls/s; latency percentiles; the server's and Redis's
+# CPU time per call (user+system from /proc: the load generator shares the
+# machine, so these are the fairest measures of each process's own cost);
+# and from INFO commandstats the commands clients sent per call
+# (client_cmds: one EVALSHA, or the pipelined INCRBY/EXPIRE of one round
+# trip) and all commands executed per call, script-internal ones included
+# (all_cmds).
 #
 #   scripts/bench-rls.sh                      # Sluice only
 #   ENVOY_RATELIMIT_BIN=/path/to/ratelimit scripts/bench-rls.sh
@@ -27,6 +35,7 @@ trap cleanup EXIT
 go build -o "$work/sluice" ./cmd/sluice
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
+redis_pid=$!
 until redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do sleep 0.1; done
 
 wait_port() { until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do sleep 0.1; done; }
@@ -43,19 +52,30 @@ commands() { # "client all": command calls so far, sent by clients and in total
     END {print (scripts > 0 ? scripts : plain)+0, all+0}'
 }
 
-run() { # name addr
-  local name=$1 addr=$2
+cpu_ms() { # CPU time of a process so far, in milliseconds
+  awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($14 + $15) * 1000 / hz}' "/proc/$1/stat"
+}
+
+run() { # name addr pid
+  local name=$1 addr=$2 pid=$3
   for d in 1 5; do
     for c in 16 64; do
       redis-cli -p "$REDIS_PORT" flushall >/dev/null
       redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
       local before after line calls
       before=$(commands)
+      local cpu0 cpu1 rcpu0 rcpu1
+      cpu0=$(cpu_ms "$pid")
+      rcpu0=$(cpu_ms "$redis_pid")
       line=$("$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" --duration "$DURATION" --warmup 0s)
       after=$(commands)
+      cpu1=$(cpu_ms "$pid")
+      rcpu1=$(cpu_ms "$redis_pid")
       calls=$(sed -E 's/.* calls=([0-9]+) .*/\1/' <<<"$line")
-      printf '%-24s descriptors=%d concurrency=%-3d %s %s\n' "$name" "$d" "$c" \
+      printf '%-24s descriptors=%d concurrency=%-3d %s server_cpu/call=%sus redis_cpu/call=%sus %s\n' "$name" "$d" "$c" \
         "$(sed -E 's/.*(calls\/s=.*) over_limit.*/\1/' <<<"$line")" \
+        "$(awk -v a="$cpu1" -v b="$cpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
+        "$(awk -v a="$rcpu1" -v b="$rcpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
         "$(awk -v a="$after" -v b="$before" -v n="$calls" 'BEGIN {
             split(a, x, " "); split(b, y, " ")
             if (n > 0) printf "client_cmds/call=%.2f all_cmds/call=%.2f", (x[1]-y[1])/n, (x[2]-y[2])/n; else print "-"}')"
@@ -67,23 +87,23 @@ run() { # name addr
 "$work/sluice" serve --config examples/bench --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
 pids+=($!)
 wait_port 48081
-run "sluice memory" 127.0.0.1:48081
+run "sluice memory" 127.0.0.1:48081 "${pids[-1]}"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
-# Sluice, Redis (Lua: one EVALSHA per request).
+# Sluice, Redis, windows counted by the Lua script (one EVALSHA per request).
+"$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false \
+  --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
+pids+=($!)
+wait_port 48081
+run "sluice redis lua" 127.0.0.1:48081 "${pids[-1]}"
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
+
+# Sluice, Redis, the default: windows counted with pipelined INCRBY+EXPIRE.
 "$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" \
   --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
 pids+=($!)
 wait_port 48081
-run "sluice redis" 127.0.0.1:48081
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
-
-# Sluice, Redis with envoyproxy/ratelimit's keys and commands.
-"$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys \
-  --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
-pids+=($!)
-wait_port 48081
-run "sluice redis envoy-keys" 127.0.0.1:48081
+run "sluice redis" 127.0.0.1:48081 "${pids[-1]}"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
 if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
@@ -94,5 +114,5 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
     PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
   pids+=($!)
   wait_port 48091
-  run "envoyproxy/ratelimit" 127.0.0.1:48091
+  run "envoyproxy/ratelimit" 127.0.0.1:48091 "${pids[-1]}"
 fi
