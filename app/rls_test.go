@@ -425,3 +425,21 @@ func TestResponseHeaders(t *testing.T) {
 		t.Fatalf("got headers %v, want limit 10, remaining 9, reset 60", got)
 	}
 }
+
+func TestTheSameDescriptorTwiceCountsTwice(t *testing.T) {
+	ta := start(t, map[string]string{"basic.yaml": basicConfig}, nil)
+	// Like envoyproxy/ratelimit's pipelined INCRBYs, the second copy sees
+	// the first one's hit.
+	resp := ta.ask(t, "basic", desc("ip", "4.4.4.4"), desc("ip", "4.4.4.4"), desc("database", "users"), desc("ip", "4.4.4.4"))
+	var left []uint32
+	for _, st := range resp.Statuses {
+		left = append(left, st.LimitRemaining)
+	}
+	if fmt.Sprint(left) != "[2 1 19 0]" {
+		t.Fatalf("got remaining %v, want [2 1 19 0]", left)
+	}
+	resp = ta.ask(t, "basic", desc("ip", "4.4.4.4"), desc("ip", "4.4.4.4"))
+	if resp.OverallCode != over || resp.Statuses[0].Code != over || resp.Statuses[1].Code != over {
+		t.Fatalf("got %v, want both copies over the limit", resp)
+	}
+}

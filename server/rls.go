@@ -247,17 +247,56 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		ops = append(ops, s.op(domain, c))
 	}
 	results := make([]store.Result, len(ops))
-	if len(ops) > 0 {
-		l := s.opts.Limiter
-		if err := l.Store().Do(ctx, l.Clock().Now(), store.Batch{Ops: ops}, results); err != nil {
-			return nil, fmt.Errorf("count descriptors: %w", err)
-		}
+	if err := s.count(ctx, ops, results); err != nil {
+		return nil, fmt.Errorf("count descriptors: %w", err)
 	}
 	resp := s.respond(checks, results)
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, checks, resp)
 	}
 	return resp, nil
+}
+
+// count applies ops to the store. Descriptors that count into one key (a
+// request may carry the same descriptor twice) are applied in turn, as
+// envoyproxy/ratelimit's pipelined INCRBYs apply them: round k holds the
+// k-th operation on each key, so the usual request is one store call.
+func (s *RLS) count(ctx context.Context, ops []store.Op, results []store.Result) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	l := s.opts.Limiter
+	now := l.Clock().Now()
+	if _, _, dup := store.Duplicate(ops); !dup {
+		return l.Store().Do(ctx, now, store.Batch{Ops: ops}, results)
+	}
+	// occ[i] is how many earlier operations name ops[i]'s key.
+	seen := make(map[string]int, len(ops))
+	occ := make([]int, len(ops))
+	rounds := 0
+	for i := range ops {
+		occ[i] = seen[ops[i].Key]
+		seen[ops[i].Key]++
+		rounds = max(rounds, occ[i]+1)
+	}
+	for r := range rounds {
+		var idx []int
+		var batch []store.Op
+		for i := range ops {
+			if occ[i] == r {
+				idx = append(idx, i)
+				batch = append(batch, ops[i])
+			}
+		}
+		out := make([]store.Result, len(batch))
+		if err := l.Store().Do(ctx, now, store.Batch{Ops: batch}, out); err != nil {
+			return err
+		}
+		for k, i := range idx {
+			results[i] = out[k]
+		}
+	}
+	return nil
 }
 
 // useOverride makes c count against the limit the request carries, as

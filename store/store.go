@@ -170,3 +170,26 @@ func (op *Op) Validate() error {
 	}
 	return nil
 }
+
+// Duplicate reports the first operation of ops whose bucket an earlier one
+// names too: the indexes of both, and ok. It costs O(n) for large batches.
+func Duplicate(ops []Op) (first, second int, ok bool) {
+	if len(ops) <= 16 {
+		for i := 1; i < len(ops); i++ {
+			for j := range i {
+				if ops[j].Key == ops[i].Key {
+					return j, i, true
+				}
+			}
+		}
+		return 0, 0, false
+	}
+	seen := make(map[string]int, len(ops))
+	for i := range ops {
+		if j, dup := seen[ops[i].Key]; dup {
+			return j, i, true
+		}
+		seen[ops[i].Key] = i
+	}
+	return 0, 0, false
+}

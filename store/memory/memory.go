@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -168,10 +169,10 @@ func (s *Store) doMany(ops []store.Op, allOrNothing bool, now time.Time, nowNs i
 	if len(ops) > len(idxBuf) {
 		idx = make([]int, 0, len(ops))
 	}
+	if _, i, dup := store.Duplicate(ops); dup {
+		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
+	}
 	for i := range ops {
-		if hasKey(ops[:i], ops[i].Key) {
-			return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
-		}
 		idx = append(idx, s.shardOf(ops[i].Key))
 	}
 	// Lock each distinct shard once, in ascending order.
@@ -212,15 +213,6 @@ func (s *Store) doMany(ops []store.Op, allOrNothing bool, now time.Time, nowNs i
 		s.shards[idx[i]].do(w, ops[i].Key, writes[i], present[i], nowNs)
 	}
 	return nil
-}
-
-func hasKey(ops []store.Op, key string) bool {
-	for i := range ops {
-		if ops[i].Key == key {
-			return true
-		}
-	}
-	return false
 }
 
 // decides reports whether op's decision counts toward its batch's.
@@ -406,8 +398,13 @@ func (sh *shard) evict(nowNs int64) {
 	delete(sh.buckets, victim)
 }
 
-// sortInts sorts a short slice in place (insertion sort: batches are small).
+// sortInts sorts a in place: insertion sort for the usual short batch,
+// slices.Sort for a long one.
 func sortInts(a []int) {
+	if len(a) > 32 {
+		slices.Sort(a)
+		return
+	}
 	for i := 1; i < len(a); i++ {
 		for j := i; j > 0 && a[j] < a[j-1]; j-- {
 			a[j], a[j-1] = a[j-1], a[j]

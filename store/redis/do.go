@@ -62,11 +62,9 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		if err := ops[i].Validate(); err != nil {
 			return err
 		}
-		for j := range i {
-			if ops[j].Key == ops[i].Key {
-				return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
-			}
-		}
+	}
+	if _, i, dup := store.Duplicate(ops); dup {
+		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
 	}
 	if len(ops) == 0 {
 		return nil
