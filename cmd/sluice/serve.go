@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/sluice-rl/sluice/app"
 )
@@ -19,6 +20,13 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
+	}
+	if os.Getenv("GOGC") == "" {
+		// Collect garbage less often than Go's default: per call the service
+		// allocates only small, short-lived objects, and at GOGC=400 it spends
+		// 15-20% less CPU per call (BENCHMARKS.md). GOGC and GOMEMLIMIT in
+		// the environment take precedence.
+		debug.SetGCPercent(400)
 	}
 	log := app.NewLogger(o, stderr)
 	a, err := app.New(o, app.Deps{Logger: log})
