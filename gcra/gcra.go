@@ -22,14 +22,22 @@ type Limit struct {
 }
 
 // ErrInvalidLimit reports a limit whose burst, count or period is not
-// positive, or whose emission interval (Period/Count) rounds to zero.
+// positive, whose emission interval (Period/Count) rounds to zero, or whose
+// burst offset is over MaxBurstOffset.
 var ErrInvalidLimit = errors.New("invalid limit")
+
+// MaxBurstOffset is the longest an empty bucket may take to fill
+// (EmissionInterval * Burst): 100 years. A TAT is at most now plus twice
+// the burst offset, and it must stay within the Unix nanoseconds an int64
+// holds (until the year 2262).
+const MaxBurstOffset = 100 * 365 * 24 * time.Hour
 
 // ErrInvalidCost reports a cost below zero or above the limit's burst.
 var ErrInvalidCost = errors.New("invalid cost")
 
-// Valid reports whether l can be used: burst, count and period positive and
-// at least one nanosecond between tokens. The error wraps ErrInvalidLimit.
+// Valid reports whether l can be used: burst, count and period positive, at
+// least one nanosecond between tokens, and at most MaxBurstOffset for an
+// empty bucket to fill. The error wraps ErrInvalidLimit.
 func (l Limit) Valid() error {
 	switch {
 	case l.Burst <= 0:
@@ -40,6 +48,8 @@ func (l Limit) Valid() error {
 		return fmt.Errorf("%w: period %s, must be > 0", ErrInvalidLimit, l.Period)
 	case int64(l.Period) < l.Count: // Period/Count would round to 0
 		return fmt.Errorf("%w: period %s / count %d is less than 1ns", ErrInvalidLimit, l.Period, l.Count)
+	case l.Burst > int64(MaxBurstOffset/l.EmissionInterval()):
+		return fmt.Errorf("%w: burst %d at one token every %s takes more than %s to fill", ErrInvalidLimit, l.Burst, l.EmissionInterval(), MaxBurstOffset)
 	}
 	return nil
 }

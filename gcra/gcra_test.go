@@ -241,3 +241,28 @@ func BenchmarkParamsSpend(b *testing.B) {
 		}
 	}
 }
+
+func TestValidRefusesBucketsThatTakeTooLongToFill(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		limit   gcra.Limit
+		wantErr bool
+	}{
+		{name: "a burst whose fill time overflows int64 is refused", limit: gcra.Limit{Burst: 1 << 40, Count: 1, Period: 1 << 62}, wantErr: true},
+		{name: "the largest burst with a 1s interval is refused", limit: gcra.Limit{Burst: 1<<63 - 1, Count: 1, Period: time.Second}, wantErr: true},
+		{name: "one token every 2,500,000h is refused", limit: gcra.Limit{Burst: 1, Count: 1, Period: 2500000 * time.Hour}, wantErr: true},
+		{name: "a fill time just over the maximum is refused", limit: gcra.Limit{Burst: 2, Count: 1, Period: gcra.MaxBurstOffset/2 + 1}, wantErr: true},
+		{name: "a fill time of exactly the maximum is allowed", limit: gcra.Limit{Burst: 2, Count: 1, Period: gcra.MaxBurstOffset / 2}},
+		{name: "a million tokens a nanosecond apart are allowed", limit: gcra.Limit{Burst: 1 << 20, Count: 1 << 20, Period: 1 << 20}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.limit.Valid()
+			if got := errors.Is(err, gcra.ErrInvalidLimit); got != tt.wantErr {
+				t.Fatalf("Valid(%+v): got %v, want error %v", tt.limit, err, tt.wantErr)
+			}
+		})
+	}
+}

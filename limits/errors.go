@@ -16,7 +16,8 @@ var (
 	// ErrInvalidID reports an id that does not fit its limit's format.
 	ErrInvalidID = errors.New("invalid id")
 	// ErrInvalidLimit reports a burst, count or period that is missing, not
-	// positive, or gives an emission interval under 1ns. It is
+	// positive, gives an emission interval under 1ns, or a bucket that takes
+	// more than gcra.MaxBurstOffset (100 years) to fill. It is
 	// gcra.ErrInvalidLimit, so either can be tested for.
 	ErrInvalidLimit = gcra.ErrInvalidLimit
 	// ErrDuplicate reports a name, override or YAML key given twice, or two

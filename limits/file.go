@@ -115,8 +115,8 @@ func LoadOverrides(path string) (*Overrides, error) {
 //	  period: 180m
 //
 // Parsing is strict: unknown names and keys, missing or non-positive burst,
-// count and period, an emission interval (period/count) under 1ns, and
-// duplicate keys are errors. filename only labels the errors. All problems
+// count and period, an emission interval (period/count) under 1ns, a
+// bucket that takes more than gcra.MaxBurstOffset to fill, and duplicate keys are errors. filename only labels the errors. All problems
 // are reported together as an ErrorList; an empty file yields no defaults.
 func ParseDefaults(filename string, data []byte) (*Defaults, error) {
 	p := &parser{file: filename, enums: map[int64]string{}}
@@ -473,6 +473,12 @@ func (p *parser) limit(v, k *yaml.Node, name, id, subject string, withIDs bool) 
 			ok = false
 		}
 		lim.Period = d
+	}
+	if ok && lim.Valid() != nil {
+		// Everything else is checked above: the burst offset is too long.
+		p.add(burst.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid burst %d for %s with count %d and period %s: an empty bucket would take more than %s (%d years) to fill",
+			lim.Burst, subject, lim.Count, lim.Period, gcra.MaxBurstOffset, gcra.MaxBurstOffset/(365*24*time.Hour)))
+		ok = false
 	}
 	if withIDs && ids == nil {
 		p.add(v.Line, name, id, ErrSyntax, fmt.Sprintf("missing ids for %s", subject))

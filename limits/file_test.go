@@ -164,6 +164,13 @@ func TestBadFilesReportFileLineAndReason(t *testing.T) {
 			want: []string{"bad_defaults_zero_period.yaml:4: invalid period 0s for NewOrdersPerAccount, must be > 0"}},
 		{file: "bad_defaults_tiny_emission_interval.yaml", sentinel: ErrInvalidLimit,
 			want: []string{"bad_defaults_tiny_emission_interval.yaml:4: invalid period 1µs for NewOrdersPerAccount with count 2000, the emission interval period/count must be at least 1ns"}},
+		{file: "bad_defaults_fill_time_too_long.yaml", sentinel: ErrInvalidLimit,
+			want: []string{
+				"bad_defaults_fill_time_too_long.yaml:7: invalid burst 1 for NewRegistrationsPerIPAddress with count 1 and period 2500000h0m0s: an empty bucket would take more than 876000h0m0s (100 years) to fill",
+				"bad_defaults_fill_time_too_long.yaml:12: invalid burst 9223372036854775807 for CertificatesPerDomain with count 1 and period 1s: an empty bucket would take more than 876000h0m0s (100 years) to fill",
+			}},
+		{file: "bad_overrides_fill_time_too_long.yaml", sentinel: ErrInvalidLimit,
+			want: []string{"bad_overrides_fill_time_too_long.yaml:2: invalid burst 1000000 for NewOrdersPerAccount with count 1 and period 1000h0m0s: an empty bucket would take more than 876000h0m0s (100 years) to fill"}},
 		{file: "bad_defaults_unknown_key.yaml", sentinel: ErrSyntax,
 			want: []string{`bad_defaults_unknown_key.yaml:5: unknown key "brust" in NewOrdersPerAccount, want burst, count and period`}},
 		{file: "bad_defaults_unknown_name.yaml", sentinel: ErrUnknownName,

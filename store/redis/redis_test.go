@@ -127,7 +127,7 @@ var propLimits = []gcra.Limit{
 	{Burst: 3, Count: 7, Period: 7},
 	{Burst: 20, Count: 7, Period: time.Hour},
 	{Burst: 10, Count: 1, Period: 365 * 24 * time.Hour},
-	{Burst: 50, Count: 1, Period: 3 * 365 * 24 * time.Hour},
+	{Burst: 33, Count: 1, Period: 3 * 365 * 24 * time.Hour}, // 99 years, near gcra.MaxBurstOffset
 	{Burst: 4, Count: 3, Period: 1000000007},
 }
 

@@ -460,10 +460,10 @@ func property(t *testing.T, s store.Store) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	limits := []gcra.Limit{
 		twentyPerSecond,
-		{Burst: 7, Count: 3, Period: time.Second},             // an emission interval that does not divide
-		{Burst: 300, Count: 300, Period: 180 * time.Minute},   // Boulder's NewOrdersPerAccount
-		{Burst: 5, Count: 100, Period: 7 * time.Millisecond},  // tiny intervals
-		{Burst: 1000, Count: 1, Period: 24 * time.Hour * 365}, // a huge burst offset
+		{Burst: 7, Count: 3, Period: time.Second},            // an emission interval that does not divide
+		{Burst: 300, Count: 300, Period: 180 * time.Minute},  // Boulder's NewOrdersPerAccount
+		{Burst: 5, Count: 100, Period: 7 * time.Millisecond}, // tiny intervals
+		{Burst: 100, Count: 1, Period: 24 * time.Hour * 365}, // the largest burst offset, gcra.MaxBurstOffset
 	}
 	actions := []store.Action{store.Spend, store.Spend, store.Spend, store.Check, store.SpendOnly, store.Refund, store.Reset}
 	m := &model{tats: map[string]int64{}, counts: map[string][2]int64{}}
