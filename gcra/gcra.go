@@ -10,6 +10,7 @@ package gcra
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -95,9 +96,10 @@ type Decision struct {
 
 // Spend takes cost tokens from the bucket whose state is tat, at now. A zero
 // tat means the bucket does not exist yet (it is full). A cost of 0 peeks
-// without taking anything. The caller validates l and cost (Limit.Valid,
-// Limit.ValidCost); Spend does not panic on bad input but its answer is then
-// meaningless.
+// without taking anything; a cost above the burst is always denied, its
+// RetryIn saturating at the longest Duration. The caller validates l
+// (Limit.Valid); Spend does not panic on an invalid limit but its answer is
+// then meaningless.
 func Spend(now time.Time, l Limit, tat time.Time, cost int64) Decision {
 	p := l.Params()
 	n := now.UnixNano()
@@ -160,6 +162,23 @@ func (p Params) Spend(now, tat, cost int64) Raw {
 	if now > tatU {
 		tatU = now
 	}
+	if cost > p.Burst {
+		// More than the bucket holds: never allowed. cost*E may overflow,
+		// so the retry saturates.
+		// retry is <= 0 unless the TAT was set by a larger limit.
+		retry := tatU - p.BurstOffset - now
+		if cost > (math.MaxInt64-max(retry, 0))/p.EmissionInterval {
+			retry = math.MaxInt64
+		} else {
+			retry += cost * p.EmissionInterval
+		}
+		return Raw{
+			Remaining: (now - (tatU - p.BurstOffset)) / p.EmissionInterval,
+			RetryIn:   retry,
+			ResetIn:   tatU - now,
+			TAT:       tatU,
+		}
+	}
 	inc := p.EmissionInterval * cost
 	newTAT := tatU + inc
 	diff := now - (newTAT - p.BurstOffset)
@@ -191,9 +210,9 @@ func (p Params) Refund(now, tat, cost int64) Raw {
 		// The TAT is in the past: the bucket is full, nothing to give back.
 		return Raw{Remaining: p.Burst, TAT: tat}
 	}
-	newTAT := tat - p.EmissionInterval*cost
-	if newTAT < now {
-		newTAT = now
+	newTAT := now
+	if cost <= (tat-now)/p.EmissionInterval { // cost*E cannot overflow
+		newTAT = tat - p.EmissionInterval*cost
 	}
 	return Raw{
 		Allowed:   newTAT != tat,

@@ -266,3 +266,43 @@ func TestValidRefusesBucketsThatTakeTooLongToFill(t *testing.T) {
 		})
 	}
 }
+
+func TestHugeCostsNeverOverflow(t *testing.T) {
+	t.Parallel()
+	// Stores and the Envoy service pass costs the API edge did not check
+	// against the burst; a cost of any size must be denied (a spend) or
+	// empty the bucket to full (a refund), never wrap around.
+	l := gcra.Limit{Burst: 3, Count: 10, Period: time.Minute} // one token every 6s
+	const maxCost = 1<<63 - 1
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{
+			name: "a spend of the largest cost on a full bucket is denied, with the longest retry",
+			steps: []step{
+				{cost: maxCost, wantRemaining: 3, wantRetryIn: 1<<63 - 1},
+			},
+		},
+		{
+			name: "a spend of one more than the burst is denied until it could never fit",
+			steps: []step{
+				{cost: 4, wantRemaining: 3, wantRetryIn: 6 * time.Second},
+			},
+		},
+		{
+			name: "a refund of the largest cost fills the bucket",
+			steps: []step{
+				{cost: 2, wantAllowed: true, wantRemaining: 1, wantRetryIn: 6 * time.Second, wantResetIn: 12 * time.Second},
+				{refund: true, cost: maxCost, wantAllowed: true, wantRemaining: 3},
+				{cost: 3, wantAllowed: true, wantRemaining: 0, wantRetryIn: 18 * time.Second, wantResetIn: 18 * time.Second},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			runTimeline(t, l, tt.steps)
+		})
+	}
+}

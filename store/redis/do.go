@@ -5,11 +5,13 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/window"
 )
@@ -193,6 +195,16 @@ func (s *Store) addOp(calls []call, ops []store.Op, i int, now time.Time) []call
 	return append(calls, call{slot: sl, ops: []int{i}, keys: []string{key}})
 }
 
+// increment is cost*E, the time cost tokens stand for, saturated at
+// math.MaxInt64: a cost above the burst (never allowed) may overflow, and
+// must still be denied, or refund the bucket to full.
+func increment(p gcra.Params, cost int64) int64 {
+	if cost > math.MaxInt64/p.EmissionInterval {
+		return math.MaxInt64
+	}
+	return cost * p.EmissionInterval
+}
+
 // fillArgs writes c's ARGV (see batchScript).
 func (s *Store) fillArgs(c *call, ops []store.Op, now time.Time, st stage, aon bool) {
 	args := make([]string, 0, 3+3*len(c.ops))
@@ -208,7 +220,7 @@ func (s *Store) fillArgs(c *call, ops []store.Op, now time.Time, st stage, aon b
 		if op.Algorithm == store.GCRA {
 			code[0] = 'g'
 			p := op.Limit.Params()
-			a = strconv.FormatInt(p.EmissionInterval*op.Cost, 10)
+			a = strconv.FormatInt(increment(p, op.Cost), 10)
 			b = strconv.FormatInt(p.BurstOffset, 10)
 		} else {
 			code[0] = 'w'

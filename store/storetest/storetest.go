@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"a fixed window counts every hit and starts again at the next window", fixedWindow},
 		{"a fixed window check peeks and a refund never goes below zero", fixedWindowCheckAndRefund},
 		{"a bucket that has refilled behaves like a new one", refilledBucket},
+		{"a cost far above the burst is denied and a huge refund fills the bucket", hugeCosts},
 		{"a batch naming one bucket twice is refused", duplicateBucket},
 		{"concurrent spends admit exactly the burst", concurrentSpends},
 		{"concurrent window hits admit exactly the limit", concurrentWindow},
@@ -161,6 +163,21 @@ func refund(t *testing.T, s store.Store) {
 	one(t, s, now, gcraOp("refund", store.Spend, l, 1))
 	r = one(t, s, now.Add(200*time.Millisecond), gcraOp("refund", store.Refund, l, 1))
 	want(t, "refund on a bucket that has refilled", r, false, 10, 0, 0)
+}
+
+func hugeCosts(t *testing.T, s store.Store) {
+	now := Base()
+	l := gcra.Limit{Burst: 3, Count: 10, Period: time.Minute} // one token every 6s
+	const maxCost = math.MaxInt64
+	r := one(t, s, now, gcraOp("huge", store.Spend, l, maxCost))
+	want(t, "spend of the largest cost", r, false, 3, math.MaxInt64, 0)
+	r = one(t, s, now, gcraOp("huge", store.Spend, l, 4))
+	want(t, "spend of one more than the burst", r, false, 3, 6*time.Second, 0)
+	one(t, s, now, gcraOp("huge", store.Spend, l, 2))
+	r = one(t, s, now, gcraOp("huge", store.Refund, l, maxCost))
+	want(t, "refund of the largest cost", r, true, 3, 0, 0)
+	r = one(t, s, now, gcraOp("huge", store.Spend, l, 3))
+	want(t, "spend of the whole burst after the refund", r, true, 0, 18*time.Second, 18*time.Second)
 }
 
 func reset(t *testing.T, s store.Store) {
