@@ -152,6 +152,15 @@ func TestInvalidRequests(t *testing.T) {
 			Entries: desc("database", "users").Entries,
 			Limit:   &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_UNKNOWN},
 		}}},
+		// A hits_addend over the largest int64 cannot be counted.
+		{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries:    desc("database", "users").Entries,
+			HitsAddend: wrapperspb.UInt64(math.MaxUint64),
+		}}},
+		{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries:    desc("database", "users").Entries,
+			HitsAddend: wrapperspb.UInt64(math.MaxInt64 + 1),
+		}}},
 	} {
 		_, err := ta.client.ShouldRateLimit(context.Background(), req)
 		if status.Code(err) != codes.InvalidArgument {
@@ -358,6 +367,27 @@ func TestHitsAddend(t *testing.T) {
 	d3.IsNegativeHits = true
 	if got := ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "modes", Descriptors: []*rlcommon.RateLimitDescriptor{d3}}).Statuses[0].LimitRemaining; got != 7 {
 		t.Fatalf("negative hits: got remaining %d, want 7", got)
+	}
+}
+
+func TestHugeHitsAddendsNeverWrapTheCounter(t *testing.T) {
+	ta := start(t, map[string]string{"basic.yaml": basicConfig}, nil)
+	huge := desc("database", "users")
+	huge.HitsAddend = wrapperspb.UInt64(math.MaxInt64)
+	steps := []struct {
+		name string
+		d    *rlcommon.RateLimitDescriptor
+		want rlsv3.RateLimitResponse_Code
+	}{
+		{name: "the largest hits_addend is over the limit", d: huge, want: over},
+		{name: "the largest hits_addend again is still over the limit", d: huge, want: over},
+		{name: "one more hit in the window is still over the limit", d: desc("database", "users"), want: over},
+	}
+	for _, s := range steps {
+		resp := ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{s.d}})
+		if resp.OverallCode != s.want || resp.Statuses[0].LimitRemaining != 0 {
+			t.Fatalf("%s: got %v with %d remaining, want %v with 0 remaining", s.name, resp.OverallCode, resp.Statuses[0].LimitRemaining, s.want)
+		}
 	}
 }
 

@@ -103,7 +103,8 @@ func (s *RLS) SetConfig(c *descriptors.Config) { s.config.Store(c) }
 func (s *RLS) Config() *descriptors.Config { return s.config.Load() }
 
 // ErrInvalidRequest reports a request the service refuses: an empty domain,
-// no descriptors, or an invalid per-descriptor limit.
+// no descriptors, an invalid per-descriptor limit, or a hits_addend over
+// the largest int64.
 var ErrInvalidRequest = errors.New("invalid rate limit request")
 
 // maxUint32 is what envoyproxy/ratelimit reports as the remaining count of
@@ -196,6 +197,9 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		c.hits = requestHits
 		if h := d.GetHitsAddend(); h != nil {
 			c.hits = h.GetValue() // an explicit 0 peeks
+		}
+		if c.hits > math.MaxInt64 {
+			return nil, fmt.Errorf("%w: descriptor %d: hits_addend %d is too large, must be at most %d", ErrInvalidRequest, i, c.hits, int64(math.MaxInt64))
 		}
 		c.negative = d.GetIsNegativeHits()
 		if !known {

@@ -7,6 +7,7 @@ package window
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -107,9 +108,13 @@ type Result struct {
 
 // Hit computes what adding hits to a window whose counter is count means
 // for a limit of limit requests per window. Envoy counts every hit, over the
-// limit or not, so the caller stores After whatever the answer.
+// limit or not, so the caller stores After whatever the answer. After
+// saturates at math.MaxInt64 rather than wrap around.
 func Hit(count, hits, limit int64) Result {
 	after := count + hits
+	if hits > math.MaxInt64-count {
+		after = math.MaxInt64
+	}
 	r := Result{Before: count, After: after}
 	if after > limit {
 		r.Over = true

@@ -1,6 +1,7 @@
 package window_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -67,6 +68,8 @@ func TestHitCountsEvenWhenOver(t *testing.T) {
 		{name: "one past the limit is over", count: 20, hits: 1, limit: 20, wantOver: true, wantAfter: 21},
 		{name: "a limit of zero is always over", count: 0, hits: 1, limit: 0, wantOver: true, wantAfter: 1},
 		{name: "zero hits peek", count: 5, hits: 0, limit: 20, wantAfter: 5, wantRemaining: 15},
+		{name: "a counter that would overflow stays at the largest int64", count: 2, hits: math.MaxInt64, limit: 20, wantOver: true, wantAfter: math.MaxInt64},
+		{name: "a counter at the largest int64 stays there", count: math.MaxInt64, hits: 1, limit: 20, wantOver: true, wantAfter: math.MaxInt64},
 	}
 	for _, tt := range tests {
 		r := window.Hit(tt.count, tt.hits, tt.limit)
