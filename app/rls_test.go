@@ -152,6 +152,16 @@ func TestInvalidRequests(t *testing.T) {
 			Entries: desc("database", "users").Entries,
 			Limit:   &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_UNKNOWN},
 		}}},
+		// A window of 4294967295 years, or of 300 years, overflows a
+		// time.Duration.
+		{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries: desc("database", "users").Entries,
+			Limit:   &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(math.MaxUint32)},
+		}}},
+		{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries: desc("database", "users").Entries,
+			Limit:   &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(300)},
+		}}},
 		// A hits_addend over the largest int64 cannot be counted.
 		{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{{
 			Entries:    desc("database", "users").Entries,

@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/window"
 )
 
@@ -543,8 +545,23 @@ func (p *parser) rateLimit(n *yaml.Node) *Rule {
 			p.errorf(unit, "invalid rate limit unit %q, must be one of second, minute, hour, day, week, month, year", unitName)
 		}
 		r.Unit = u
-		if r.Burst > 0 && r.RequestsPerUnit == 0 {
+		per := u.String()
+		if r.UnitMultiplier > 1 {
+			per = fmt.Sprintf("%d %ss", r.UnitMultiplier, u)
+		}
+		tooLong := err == nil && int64(r.UnitMultiplier) > int64(window.MaxLength/u.Duration())
+		if tooLong {
+			p.errorf(mult, "unit_multiplier %d makes a window of %s, must be at most %s", r.UnitMultiplier, per, years(window.MaxLength))
+		}
+		switch {
+		case r.Burst == 0:
+		case r.RequestsPerUnit == 0:
 			p.errorf(burst, "burst needs requests_per_unit > 0 to refill")
+		case err != nil || tooLong:
+		case r.Window()/time.Duration(r.RequestsPerUnit) == 0:
+			p.errorf(burst, "burst needs requests_per_unit %d per %s to be at most one a nanosecond", r.RequestsPerUnit, per)
+		case (gcra.Limit{Burst: int64(r.Burst), Count: int64(r.RequestsPerUnit), Period: r.Window()}).Valid() != nil:
+			p.errorf(burst, "burst %d at %d per %s takes more than %s to fill", r.Burst, r.RequestsPerUnit, per, years(gcra.MaxBurstOffset))
 		}
 	}
 	for i, name := range r.Replaces {
@@ -556,6 +573,11 @@ func (p *parser) rateLimit(n *yaml.Node) *Rule {
 		return nil
 	}
 	return r
+}
+
+// years writes d, a whole number of 365-day years, as "100 years".
+func years(d time.Duration) string {
+	return fmt.Sprintf("%d years", d/(365*24*time.Hour))
 }
 
 func validUnit(name string) bool {

@@ -323,6 +323,9 @@ func (s *RLS) useOverride(c *check, domain string, o *rlcommon.RateLimitDescript
 		}
 		c.multiplier = m.GetValue()
 	}
+	if int64(c.multiplier) > int64(window.MaxLength/u.Duration()) {
+		return fmt.Errorf("%w: limit override of %d %ss makes a window longer than %d years", ErrInvalidRequest, c.multiplier, u, window.MaxLength/(365*24*time.Hour))
+	}
 	key := domain
 	for _, e := range c.entries {
 		key += "." + e.Key

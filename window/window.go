@@ -74,6 +74,11 @@ func (u Unit) Seconds() int64 {
 	return 0
 }
 
+// MaxLength is the longest window, 100 years: longer ones (a year with a
+// unit_multiplier over 100) would overflow time.Duration on their way to
+// the stores.
+const MaxLength = 100 * 365 * 24 * time.Hour
+
 // Duration is the unit's length.
 func (u Unit) Duration() time.Duration { return time.Duration(u.Seconds()) * time.Second }
 
