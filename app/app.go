@@ -368,13 +368,15 @@ func (a *App) Shutdown(ctx context.Context) error {
 // SIGINT or SIGTERM, then shuts down within the shutdown timeout. SIGHUP
 // reloads the configuration.
 func (a *App) Run(ctx context.Context) error {
+	// Catch signals before Start logs "sluice serving": a SIGHUP sent as
+	// soon as the service says it is up must reload it, not kill it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	if err := a.Start(); err != nil {
 		_ = a.store.Close()
 		return err
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case <-ctx.Done():

@@ -173,13 +173,15 @@ func RunProxy(p ProxyOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Catch signals before Start says the proxy is serving, so a SIGTERM
+	// right after that still drains in-flight requests.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	if err := x.Start(p.Listen, p.DebugAddr); err != nil {
 		_ = x.closeFn()
 		return err
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	sig := <-sigs
 	log.Info("shutting down", "signal", sig.String())
 	ctx, cancel := context.WithTimeout(context.Background(), p.Store.ShutdownTimeout)

@@ -129,7 +129,10 @@ func TestServeExitsCleanlyOnSIGTERM(t *testing.T) {
 	sawReload := false
 	for !sawReload {
 		select {
-		case l := <-lines:
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("serve exited on SIGHUP, want a reload")
+			}
 			sawReload = strings.Contains(l, "descriptor config loaded")
 		case <-time.After(10 * time.Second):
 			t.Fatal("no reload after SIGHUP")
