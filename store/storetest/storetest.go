@@ -341,33 +341,17 @@ func duplicateBucket(t *testing.T, s store.Store) {
 }
 
 func concurrentSpends(t *testing.T, s store.Store) {
-	now := Base()
-	l := gcra.Limit{Burst: 50, Count: 1, Period: time.Hour}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out := make([]store.Result, 1)
-			for range 5 {
-				if err := s.Do(context.Background(), now, store.Batch{Ops: []store.Op{gcraOp("conc", store.Spend, l, 1)}}, out); err != nil {
-					t.Errorf("Do: %v", err)
-					return
-				}
-				if out[0].Allowed {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != 50 {
-		t.Fatalf("got %d admitted, want exactly 50", got)
-	}
+	admitExactly(t, s, gcraOp("conc", store.Spend, gcra.Limit{Burst: 50, Count: 1, Period: time.Hour}, 1), 50)
 }
 
 func concurrentWindow(t *testing.T, s store.Store) {
+	admitExactly(t, s, windowOp("concw_", store.Spend, 70, time.Hour, 1), 70)
+}
+
+// admitExactly runs op from 64 goroutines, 5 times each, at one instant,
+// and checks that exactly want were allowed.
+func admitExactly(t *testing.T, s store.Store, op store.Op, want int64) {
+	t.Helper()
 	now := Base()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -377,7 +361,7 @@ func concurrentWindow(t *testing.T, s store.Store) {
 			defer wg.Done()
 			out := make([]store.Result, 1)
 			for range 5 {
-				if err := s.Do(context.Background(), now, store.Batch{Ops: []store.Op{windowOp("concw_", store.Spend, 70, time.Hour, 1)}}, out); err != nil {
+				if err := s.Do(context.Background(), now, store.Batch{Ops: []store.Op{op}}, out); err != nil {
 					t.Errorf("Do: %v", err)
 					return
 				}
@@ -388,8 +372,8 @@ func concurrentWindow(t *testing.T, s store.Store) {
 		}()
 	}
 	wg.Wait()
-	if got := admitted.Load(); got != 70 {
-		t.Fatalf("got %d admitted, want exactly 70", got)
+	if got := admitted.Load(); got != want {
+		t.Fatalf("got %d admitted, want exactly %d", got, want)
 	}
 }
 
