@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -321,6 +322,13 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 			continue
 		}
 		after, err := resps[k].AsInt64()
+		if isOverflow(err) {
+			// The count would pass the largest integer Redis holds:
+			// saturated, over any limit, and this hit not counted.
+			out[i] = windowResult(op, now, math.MaxInt64, false)
+			k += 2
+			continue
+		}
 		if err == nil {
 			err = resps[k+1].Error()
 		}
@@ -331,6 +339,12 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		k += 2
 	}
 	return nil
+}
+
+// isOverflow tells Redis's answer to an INCRBY past the int64 range.
+func isOverflow(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(re.Error(), "overflow")
 }
 
 // scriptResults reads one call's reply into out.

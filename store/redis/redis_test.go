@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -764,4 +765,35 @@ func BenchmarkBatchOfFive(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A window count that a hit would carry past the int64 range is saturated:
+// the hit is denied and not counted, and the call does not fail.
+func TestWindowCountOverflow(t *testing.T) {
+	t.Parallel()
+	for _, envoy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("envoy-keys=%v", envoy), func(t *testing.T) {
+			t.Parallel()
+			srv, s := single(t, redis.Options{EnvoyCompatible: envoy, KeyPrefix: "ov_"})
+			now := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
+			op := store.Op{Key: "d_k_v_", Algorithm: store.FixedWindow, Action: store.Spend,
+				Window: store.Window{Limit: 10, Length: time.Hour}, Cost: 1}
+			do(t, s, now, store.Batch{Ops: []store.Op{op}})
+			keys, ok := srv.MustDo("KEYS", "ov_*").([]any)
+			if !ok || len(keys) != 1 {
+				t.Fatalf("KEYS ov_*: got %v, want one key", keys)
+			}
+			key := keys[0].(string)
+			near := strconv.FormatInt(math.MaxInt64-2, 10)
+			srv.MustDo("SET", key, near)
+			op.Cost = 5
+			r := do(t, s, now, store.Batch{Ops: []store.Op{op}})
+			if r[0].Allowed || r[0].Applied || r[0].Remaining != 0 {
+				t.Errorf("hit past the int64 range: got %+v, want denied, not applied, remaining 0", r[0])
+			}
+			if v := srv.MustDo("GET", key); v != near {
+				t.Errorf("GET %s: got %v, want %s unchanged", key, v, near)
+			}
+		})
+	}
 }

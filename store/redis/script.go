@@ -169,8 +169,12 @@ for i = 1, n do
       -- A lazy hit (see the first pass): the key's first hit in its
       -- window sets the expiry, later hits keep it.
       applied = 1
-      local after = redis.call('INCRBY', key, cost)
-      if after == cost then
+      local after = redis.pcall('INCRBY', key, cost)
+      if type(after) == 'table' then
+        -- Past the largest integer Redis holds: saturated, not counted.
+        applied = 0
+        out[2 * i] = '9223372036854775807'
+      elseif after == cost then
         redis.call('EXPIRE', key, tonumber(b))
         out[2 * i] = ''
       else
