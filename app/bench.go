@@ -15,6 +15,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // BenchOptions configure `sluice bench`, a closed-loop load generator for
@@ -28,6 +30,11 @@ type BenchOptions struct {
 	Duration    time.Duration // measuring time; default 10s
 	Warmup      time.Duration // unmeasured time first; default 1s
 	Keys        int           // distinct values per key; default 10000
+	// Client is "h2" (default): a minimal HTTP/2 client sending
+	// pre-encoded requests, a few µs of CPU per call, so that the load
+	// generator takes little from the server it measures on a shared
+	// machine; or "grpc": grpc-go's client, about four times the cost.
+	Client string
 }
 
 // BenchResult is what a run measured.
@@ -42,7 +49,7 @@ func (r BenchResult) CallsPerSecond() float64 { return float64(r.Calls) / r.Elap
 
 // ParseBench reads the bench command's flags.
 func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
-	b := BenchOptions{Addr: "127.0.0.1:8081", Domain: "bench", Descriptors: 1, Concurrency: 16, Conns: 4, Duration: 10 * time.Second, Warmup: time.Second, Keys: 10000}
+	b := BenchOptions{Addr: "127.0.0.1:8081", Domain: "bench", Descriptors: 1, Concurrency: 16, Conns: 4, Duration: 10 * time.Second, Warmup: time.Second, Keys: 10000, Client: "h2"}
 	fs := flag.NewFlagSet("sluice bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&b.Addr, "addr", b.Addr, "gRPC address of the rate limit server")
@@ -53,6 +60,7 @@ func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
 	fs.DurationVar(&b.Duration, "duration", b.Duration, "measuring time")
 	fs.DurationVar(&b.Warmup, "warmup", b.Warmup, "unmeasured warm-up time")
 	fs.IntVar(&b.Keys, "keys", b.Keys, "distinct values per descriptor key")
+	fs.StringVar(&b.Client, "client", b.Client, "gRPC client: h2 (minimal, cheap) or grpc (grpc-go)")
 	if err := fs.Parse(args); err != nil {
 		return b, err
 	}
@@ -62,6 +70,9 @@ func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
 	}
 	if b.Concurrency < 1 || b.Conns < 1 || b.Keys < 1 {
 		errs = append(errs, errors.New("--concurrency, --conns and --keys must be at least 1"))
+	}
+	if b.Client != "h2" && b.Client != "grpc" {
+		errs = append(errs, fmt.Errorf("--client %q: must be h2 or grpc", b.Client))
 	}
 	if b.Duration <= 0 || b.Duration > time.Hour || b.Warmup < 0 {
 		errs = append(errs, errors.New("--duration must be in (0, 1h] and --warmup not negative"))
@@ -73,15 +84,6 @@ func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
 // Duration and reports throughput and latency percentiles of the measured
 // part.
 func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
-	conns := make([]rlsv3.RateLimitServiceClient, b.Conns)
-	for i := range conns {
-		cc, err := grpc.NewClient(b.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return BenchResult{}, err
-		}
-		defer cc.Close()
-		conns[i] = rlsv3.NewRateLimitServiceClient(cc)
-	}
 	// Requests are built up front so that the client's own work is small.
 	reqs := make([]*rlsv3.RateLimitRequest, b.Keys)
 	for i := range reqs {
@@ -93,6 +95,11 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 		}
 		reqs[i] = r
 	}
+	callers, closeAll, err := benchCallers(ctx, b, reqs)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	defer closeAll()
 	start := time.Now()
 	measureFrom := start.Add(b.Warmup)
 	end := measureFrom.Add(b.Duration)
@@ -108,14 +115,14 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 		go func() {
 			defer wg.Done()
 			me := &ws[w]
-			client := conns[w%len(conns)]
+			call := callers[w%len(callers)]
 			i := w * 7919
 			for {
 				t0 := time.Now()
 				if t0.After(end) || ctx.Err() != nil {
 					return
 				}
-				resp, err := client.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+				over, err := call(ctx, i%len(reqs))
 				t1 := time.Now()
 				i++
 				if t0.Before(measureFrom) {
@@ -128,7 +135,7 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 					if me.firstErr == nil {
 						me.firstErr = err
 					}
-				} else if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+				} else if over {
 					me.ovr++
 				}
 			}
@@ -164,4 +171,92 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 func (r BenchResult) String() string {
 	return fmt.Sprintf("calls=%d calls/s=%.0f p50=%s p90=%s p99=%s max=%s over_limit=%d errors=%d",
 		r.Calls, r.CallsPerSecond(), r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.OverLimit, r.Errors)
+}
+
+// benchCall makes the call with request i and tells whether the answer
+// was OVER_LIMIT.
+type benchCall func(ctx context.Context, i int) (over bool, err error)
+
+// shouldRateLimitMethod is the RLS method's HTTP/2 path.
+const shouldRateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// benchCallers opens b.Conns connections with b.Client's client and
+// returns a caller per connection and a function closing them all.
+func benchCallers(ctx context.Context, b BenchOptions, reqs []*rlsv3.RateLimitRequest) ([]benchCall, func(), error) {
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
+	callers := make([]benchCall, 0, b.Conns)
+	if b.Client == "grpc" {
+		for range b.Conns {
+			cc, err := grpc.NewClient(b.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+			closers = append(closers, cc.Close)
+			client := rlsv3.NewRateLimitServiceClient(cc)
+			callers = append(callers, func(ctx context.Context, i int) (bool, error) {
+				resp, err := client.ShouldRateLimit(ctx, reqs[i])
+				return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, err
+			})
+		}
+		return callers, closeAll, nil
+	}
+	wire := make([][]byte, len(reqs))
+	for i, r := range reqs {
+		m, err := proto.Marshal(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		wire[i] = m
+	}
+	for range b.Conns {
+		c, err := dialH2(ctx, b.Addr)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("connect to %s: %w", b.Addr, err)
+		}
+		closers = append(closers, c.Close)
+		callers = append(callers, func(ctx context.Context, i int) (bool, error) {
+			resp, err := c.call(ctx, shouldRateLimitMethod, wire[i])
+			if err != nil {
+				return false, err
+			}
+			code, err := overallCode(resp)
+			return code == rlsv3.RateLimitResponse_OVER_LIMIT, err
+		})
+	}
+	return callers, closeAll, nil
+}
+
+// overallCode reads a RateLimitResponse's overall_code (field 1) without
+// decoding the rest of the message.
+func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
+	code := rlsv3.RateLimitResponse_UNKNOWN
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return code, fmt.Errorf("bad RateLimitResponse: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return code, fmt.Errorf("bad RateLimitResponse: %w", protowire.ParseError(n))
+			}
+			code = rlsv3.RateLimitResponse_Code(v)
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return code, fmt.Errorf("bad RateLimitResponse: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return code, nil
 }

@@ -17,12 +17,23 @@
 #   scripts/bench-rls.sh                      # Sluice only
 #   ENVOY_RATELIMIT_BIN=/path/to/ratelimit scripts/bench-rls.sh
 #
-# Environment: DURATION (default 10s), REDIS_PORT (default 26379).
+# Environment: DURATION (default 10s), REDIS_PORT (default 26379),
+# BENCH_FLAGS (extra flags for `sluice bench`, e.g. "--client grpc"), and
+# SERVER_CPUS / LOAD_CPUS: when both are set (e.g. SERVER_CPUS=1
+# LOAD_CPUS=0), each server runs pinned to SERVER_CPUS and Redis and the
+# load generator to LOAD_CPUS (taskset -c), so that the server under test
+# has cores of its own, as in a deployment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
 REDIS_PORT=${REDIS_PORT:-26379}
+BENCH_FLAGS=${BENCH_FLAGS:-}
+server_pin=() load_pin=()
+if [ -n "${SERVER_CPUS:-}" ] && [ -n "${LOAD_CPUS:-}" ]; then
+  server_pin=(taskset -c "$SERVER_CPUS")
+  load_pin=(taskset -c "$LOAD_CPUS")
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -33,7 +44,7 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$work/sluice" ./cmd/sluice
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
+${load_pin[@]+"${load_pin[@]}"} redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
 redis_pid=$!
 until redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do sleep 0.1; done
@@ -67,7 +78,8 @@ run() { # name addr pid
       local cpu0 cpu1 rcpu0 rcpu1
       cpu0=$(cpu_ms "$pid")
       rcpu0=$(cpu_ms "$redis_pid")
-      line=$("$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" --duration "$DURATION" --warmup 0s)
+      # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+      line=$(${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" --duration "$DURATION" --warmup 0s $BENCH_FLAGS)
       after=$(commands)
       cpu1=$(cpu_ms "$pid")
       rcpu1=$(cpu_ms "$redis_pid")
@@ -84,14 +96,14 @@ run() { # name addr pid
 }
 
 # Sluice, memory store.
-"$work/sluice" serve --config examples/bench --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
+${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
 pids+=($!)
 wait_port 48081
 run "sluice memory" 127.0.0.1:48081 "${pids[-1]}"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
 # Sluice, Redis, windows counted by the Lua script (one EVALSHA per request).
-"$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false \
+${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false \
   --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
 pids+=($!)
 wait_port 48081
@@ -99,7 +111,7 @@ run "sluice redis lua" 127.0.0.1:48081 "${pids[-1]}"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
 
 # Sluice, Redis, the default: windows counted with pipelined INCRBY+EXPIRE.
-"$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" \
+${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" \
   --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
 pids+=($!)
 wait_port 48081
@@ -111,7 +123,7 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   cp examples/bench/bench.yaml "$work/runtime/ratelimit/config/"
   USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
     RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-    PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
+    PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
   pids+=($!)
   wait_port 48091
   run "envoyproxy/ratelimit" 127.0.0.1:48091 "${pids[-1]}"
