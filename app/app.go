@@ -250,6 +250,13 @@ func (a *App) Start() error {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	a.health = health.NewServer()
+	// Rate limit messages are small: fixed flow-control windows larger than
+	// any call needs, which also turns off grpc-go's bandwidth-estimating
+	// pings.
+	grpcOpts = append(grpcOpts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<24))
+	if a.opts.GRPCWorkers > 0 {
+		grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))
+	}
 	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Limits: a.Limits, Registerer: a.registry, Logger: a.log})

@@ -40,7 +40,9 @@ func TestBenchAgainstARunningServer(t *testing.T) {
 // the first run has exactly 5 calls admitted, the second none.
 func TestBenchCountsOverLimit(t *testing.T) {
 	cfg := "domain: bench\ndescriptors:\n  - key: k0\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
-	ta := start(t, map[string]string{"bench.yaml": cfg}, nil)
+	// One worker goroutine: calls run on it and, while it is busy, on
+	// goroutines of their own.
+	ta := start(t, map[string]string{"bench.yaml": cfg}, func(o *app.Options) { o.GRPCWorkers = 1 })
 	for _, client := range []string{"h2", "grpc"} {
 		b, err := app.ParseBench([]string{"--addr", ta.GRPCAddr(), "--client", client, "--domain", "bench", "--concurrency", "2", "--duration", "200ms", "--warmup", "0s", "--keys", "1"}, io.Discard)
 		if err != nil {

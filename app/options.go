@@ -61,6 +61,13 @@ type Options struct {
 	// signal; default 10s.
 	ShutdownTimeout time.Duration
 
+	// GRPCWorkers is how many long-lived goroutines serve gRPC calls
+	// (grpc.NumStreamWorkers); a call finding none free gets a goroutine
+	// of its own. Reused goroutines keep their grown stacks, which saves
+	// the stack copying a new goroutine pays on every call. 0: a new
+	// goroutine per call, grpc-go's default. Default 64.
+	GRPCWorkers int
+
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
 	// reloaded when the files change.
@@ -103,6 +110,7 @@ func Defaults() Options {
 		NearLimitRatio:  0.8,
 		ReloadDelay:     250 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second,
+		GRPCWorkers:     64,
 		OnStoreError:    "error",
 		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true},
 	}
@@ -133,6 +141,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.LimitsPath, "limits", o.LimitsPath, "key-value limits defaults file")
 	fs.StringVar(&o.OverridesPath, "overrides", o.OverridesPath, "key-value limits overrides file")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
+	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
@@ -234,6 +243,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownTimeout <= 0 {
 		bad("shutdown-timeout", "%s must be positive", o.ShutdownTimeout)
+	}
+	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
+		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)
 	}
 	if o.MemoryMaxEntries < 0 {
 		bad("memory-max-entries", "%d is negative", o.MemoryMaxEntries)
