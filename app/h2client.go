@@ -72,12 +72,14 @@ type h2Conn struct {
 	bw    *bufio.Writer // buffers frames until a flush
 	dirty bool          // bw holds frames to flush
 	fr    *http2.Framer // writes under wmu; reads only on the reader goroutine
-	// The request header block for hmethod; see h2AppendHeaderBlock.
-	hmethod string
-	hblock  []byte
-	// sizedTable is whether a header block told the server's decoder that
-	// our HPACK dynamic table has size 0.
-	sizedTable bool
+	// HPACK state of the requests' header blocks; see writeHeaders.
+	hmethod   string // the method the blocks below are for
+	hplain    []byte // literals without indexing: changes no state
+	hprime    []byte // literals with incremental indexing into the table
+	hsteady   []byte // six indexed fields, once the table holds hprime's
+	hprimed   bool   // the server's table holds hprime's fields
+	hreset    bool   // the next block starts with a table size update
+	peerTable uint32 // the server's SETTINGS_HEADER_TABLE_SIZE
 
 	mu         sync.Mutex // protects the fields below and h2Stream.sendWindow
 	cond       *sync.Cond // on mu; broadcast when windows grow, slots free or err is set
@@ -156,6 +158,7 @@ func dialH2Window(ctx context.Context, addr string, window uint32) (*h2Conn, err
 		sendWindow: h2DefaultWindow,
 		peerWindow: h2DefaultWindow,
 		maxFrame:   h2DefaultFrame,
+		peerTable:  h2TableSize,
 	}
 	c.cond = sync.NewCond(&c.mu)
 	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, h2BufferSize))
@@ -468,19 +471,15 @@ func (c *h2Conn) breakConn(err error) {
 
 // writeHeaders writes the request's header block for stream id; requires
 // wmu held. Write errors stick in bw and surface at the flush.
+//
+// The first block for a method empties our HPACK dynamic table (a size
+// update to 0, then to the size used) and adds the method's :path,
+// :authority, content-type and te to it; every later block is then six
+// one-byte indexed fields, as real gRPC clients send them, which costs the
+// server little to decode. When the server's table is too small for them
+// the blocks are literals without indexing, which change no state.
 func (c *h2Conn) writeHeaders(id uint32, method string, maxFrame int) {
-	if method != c.hmethod || c.hblock == nil {
-		c.hmethod = method
-		c.hblock = h2AppendHeaderBlock(c.hblock[:0], method, c.authority)
-	}
-	block := c.hblock
-	if !c.sizedTable {
-		// Once, at the start of the first block: a dynamic table size
-		// update to 0 (RFC 7541 6.3), so that whatever HEADER_TABLE_SIZE
-		// the server announces, our encoder never has to change it.
-		block = append([]byte{0x20}, block...)
-		c.sizedTable = true
-	}
+	block := c.headerBlock(method)
 	first := block[:min(len(block), maxFrame)]
 	block = block[len(first):]
 	c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(block) == 0})
@@ -491,33 +490,86 @@ func (c *h2Conn) writeHeaders(id uint32, method string, maxFrame int) {
 	}
 }
 
-// h2AppendHeaderBlock appends the HPACK encoding of a gRPC request's
-// headers for method to b. It uses only the static table and literals
-// without indexing, so the block never changes the HPACK state on either
-// side and is the same for every stream: it is encoded once per method
-// instead of once per call.
-func h2AppendHeaderBlock(b []byte, method, authority string) []byte {
-	// Static table indices, RFC 7541 appendix A.
-	const (
-		authorityName   = 1
-		methodPost      = 3
-		pathName        = 4
-		schemeHTTP      = 6
-		contentTypeName = 31
-	)
-	b = h2AppendInt(b, 0x80, 7, methodPost) // indexed field
-	b = h2AppendInt(b, 0x80, 7, schemeHTTP)
-	b = h2AppendLiteral(b, pathName, "", method)
-	b = h2AppendLiteral(b, authorityName, "", authority)
-	b = h2AppendLiteral(b, contentTypeName, "", "application/grpc")
-	return h2AppendLiteral(b, 0, "te", "trailers")
+// headerBlock is the next request's header block for method (see
+// writeHeaders); requires wmu held.
+func (c *h2Conn) headerBlock(method string) []byte {
+	if method != c.hmethod || c.hplain == nil {
+		c.hmethod = method
+		c.hplain = h2AppendHeaderBlock(c.hplain[:0], method, c.authority, false)
+		c.hprime = h2AppendHeaderBlock(c.hprime[:0], method, c.authority, true)
+		c.hsteady = h2AppendIndexedBlock(c.hsteady[:0])
+		c.hprimed, c.hreset = false, true
+	}
+	block := c.hplain
+	switch {
+	case c.hreset:
+		size := min(c.peerTable, h2TableSize)
+		need := uint32(len(method)+len(c.authority)) + h2IndexedOverhead
+		pre := h2AppendInt([]byte{0x20}, 0x20, 5, uint64(size)) // RFC 7541 6.3
+		if size >= need {
+			block = append(pre, c.hprime...)
+			c.hprimed = true
+		} else {
+			block = append([]byte{0x20}, c.hplain...)
+			c.hprimed = false
+		}
+		c.hreset = false
+	case c.hprimed:
+		block = c.hsteady
+	}
+	return block
 }
 
-// h2AppendLiteral appends a literal header field without indexing (RFC
-// 7541 6.2.2) whose name is the static table entry nameIndex, or name
-// when nameIndex is 0.
-func h2AppendLiteral(b []byte, nameIndex uint64, name, value string) []byte {
-	b = h2AppendInt(b, 0, 4, nameIndex)
+// h2IndexedOverhead is the table space hprime's four entries take beside
+// the method and authority: each entry's name and value plus 32 (RFC 7541
+// 4.1): ":path", ":authority", "content-type: application/grpc", "te:
+// trailers".
+const h2IndexedOverhead = (5 + 32) + (10 + 32) + (12 + 16 + 32) + (2 + 8 + 32)
+
+// Static table indices, RFC 7541 appendix A.
+const (
+	h2StaticAuthority   = 1
+	h2StaticMethodPost  = 3
+	h2StaticPath        = 4
+	h2StaticSchemeHTTP  = 6
+	h2StaticContentType = 31
+)
+
+// h2AppendHeaderBlock appends the HPACK encoding of a gRPC request's
+// headers for method to b: literals with incremental indexing when index
+// is true (RFC 7541 6.2.1; entries go in as :path, :authority,
+// content-type, te), else literals without indexing (6.2.2), which change
+// no HPACK state on either side and so are the same for every stream.
+func h2AppendHeaderBlock(b []byte, method, authority string, index bool) []byte {
+	b = h2AppendInt(b, 0x80, 7, h2StaticMethodPost) // indexed field
+	b = h2AppendInt(b, 0x80, 7, h2StaticSchemeHTTP)
+	b = h2AppendLiteral(b, h2StaticPath, "", method, index)
+	b = h2AppendLiteral(b, h2StaticAuthority, "", authority, index)
+	b = h2AppendLiteral(b, h2StaticContentType, "", "application/grpc", index)
+	return h2AppendLiteral(b, 0, "te", "trailers", index)
+}
+
+// h2AppendIndexedBlock appends the block that names the entries
+// h2AppendHeaderBlock(…, true) added: the newest entry is index 62.
+func h2AppendIndexedBlock(b []byte) []byte {
+	b = h2AppendInt(b, 0x80, 7, h2StaticMethodPost)
+	b = h2AppendInt(b, 0x80, 7, h2StaticSchemeHTTP)
+	b = h2AppendInt(b, 0x80, 7, 65)    // :path
+	b = h2AppendInt(b, 0x80, 7, 64)    // :authority
+	b = h2AppendInt(b, 0x80, 7, 63)    // content-type
+	return h2AppendInt(b, 0x80, 7, 62) // te
+}
+
+// h2AppendLiteral appends a literal header field (RFC 7541 6.2.1 with
+// incremental indexing when index is true, else 6.2.2 without indexing)
+// whose name is the static table entry nameIndex, or name when nameIndex
+// is 0.
+func h2AppendLiteral(b []byte, nameIndex uint64, name, value string, index bool) []byte {
+	if index {
+		b = h2AppendInt(b, 0x40, 6, nameIndex)
+	} else {
+		b = h2AppendInt(b, 0, 4, nameIndex)
+	}
 	if nameIndex == 0 {
 		b = h2AppendInt(b, 0, 7, uint64(len(name))) // no Huffman coding
 		b = append(b, name...)
@@ -660,6 +712,8 @@ func (c *h2Conn) handle(f http2.Frame) error {
 
 // handleSettings applies the server's settings and acknowledges them.
 func (c *h2Conn) handleSettings(f *http2.SettingsFrame) error {
+	var table uint32
+	tableSet := false
 	c.mu.Lock()
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
@@ -677,6 +731,8 @@ func (c *h2Conn) handleSettings(f *http2.SettingsFrame) error {
 			c.peerWindow = int64(s.Val)
 		case http2.SettingMaxFrameSize:
 			c.maxFrame = int(s.Val)
+		case http2.SettingHeaderTableSize:
+			table, tableSet = s.Val, true
 		}
 		return nil
 	})
@@ -686,6 +742,10 @@ func (c *h2Conn) handleSettings(f *http2.SettingsFrame) error {
 		return fmt.Errorf("h2: bad SETTINGS from the server: %w", err)
 	}
 	c.lockWrite()
+	if tableSet && table != c.peerTable {
+		// Start the table again at the next block, within the new size.
+		c.peerTable, c.hreset = table, true
+	}
 	c.fr.WriteSettingsAck()
 	c.unlockWrite()
 	return nil

@@ -581,29 +581,63 @@ func TestH2CloseFailsLaterCalls(t *testing.T) {
 	}
 }
 
+// The header blocks of a connection's requests decode, in order, to the
+// request's headers: indexed once the server's table holds them, literals
+// when it is too small, and again after the server changes its table size
+// or the method changes.
 func TestH2HeaderBlockDecodes(t *testing.T) {
 	t.Parallel()
-	for _, method := range []string{h2TestMethod, "/" + strings.Repeat("m", 300)} {
-		var got []hpack.HeaderField
-		d := hpack.NewDecoder(4096, func(f hpack.HeaderField) { got = append(got, f) })
-		// As on a connection's first stream, after a table size update.
-		block := append([]byte{0x20}, h2AppendHeaderBlock(nil, method, "127.0.0.1:8081")...)
+	long := "/" + strings.Repeat("m", 4000) // too big for a 4096-byte table
+	c := &h2Conn{authority: "127.0.0.1:8081", peerTable: h2TableSize}
+	var got []hpack.HeaderField
+	d := hpack.NewDecoder(h2TableSize, func(f hpack.HeaderField) { got = append(got, f) })
+	steps := []struct {
+		name      string
+		method    string
+		table     uint32 // the server's HEADER_TABLE_SIZE before the block, 0: unchanged
+		wantBytes int    // the block's length, 0: not checked
+	}{
+		{name: "first block", method: h2TestMethod},
+		{name: "second block, indexed", method: h2TestMethod, wantBytes: 6},
+		{name: "third block, indexed", method: h2TestMethod, wantBytes: 6},
+		{name: "a method too big for the table", method: long},
+		{name: "again, still literals", method: long},
+		{name: "back to the short method", method: h2TestMethod},
+		{name: "indexed again", method: h2TestMethod, wantBytes: 6},
+		{name: "the server shrinks its table", method: h2TestMethod, table: 64},
+		{name: "literals in a small table", method: h2TestMethod},
+		{name: "the server grows its table", method: h2TestMethod, table: 8192},
+		{name: "indexed in the grown table", method: h2TestMethod, wantBytes: 6},
+		{name: "indexed once more", method: h2TestMethod, wantBytes: 6},
+	}
+	for _, step := range steps {
+		if step.table != 0 {
+			// As handleSettings does, and as the server's decoder does on
+			// our SETTINGS ack.
+			c.peerTable, c.hreset = step.table, true
+			d.SetAllowedMaxDynamicTableSize(step.table)
+		}
+		got = got[:0]
+		block := c.headerBlock(step.method)
 		if _, err := d.Write(block); err != nil {
-			t.Fatalf("decode: %v", err)
+			t.Fatalf("%s: decode: %v", step.name, err)
 		}
 		if err := d.Close(); err != nil {
-			t.Fatalf("decode: %v", err)
+			t.Fatalf("%s: decode: %v", step.name, err)
 		}
 		want := []hpack.HeaderField{
 			{Name: ":method", Value: "POST"},
 			{Name: ":scheme", Value: "http"},
-			{Name: ":path", Value: method},
+			{Name: ":path", Value: step.method},
 			{Name: ":authority", Value: "127.0.0.1:8081"},
 			{Name: "content-type", Value: "application/grpc"},
 			{Name: "te", Value: "trailers"},
 		}
 		if !slices.Equal(got, want) {
-			t.Errorf("got %q, want %q", got, want)
+			t.Errorf("%s: got %q, want %q", step.name, got, want)
+		}
+		if step.wantBytes != 0 && len(block) != step.wantBytes {
+			t.Errorf("%s: block of %d bytes, want %d", step.name, len(block), step.wantBytes)
 		}
 	}
 }
