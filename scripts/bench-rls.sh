@@ -6,27 +6,33 @@
 # envoyproxy/ratelimit binary, envoyproxy/ratelimit on the same Redis. Each
 # for 1 and 5 descriptors per request and 16 and 64 concurrent callers.
 #
+# All servers run at once, idle but for the one measured, and the runs are
+# interleaved: each round measures every server on every load, one after
+# another, so that a drift in the machine's speed (shared VMs drift by 10%
+# and more over minutes) falls on all servers alike. ROUNDS rounds, then a
+# summary of the medians, and the ratios to envoyproxy/ratelimit.
+#
 # One line per run: calls/s; latency percentiles; the server's and Redis's
-# CPU time per call (user+system from /proc: the load generator shares the
-# machine, so these are the fairest measures of each process's own cost);
-# and from INFO commandstats the commands clients sent per call
-# (client_cmds: one EVALSHA, or the pipelined INCRBY/EXPIRE of one round
-# trip) and all commands executed per call, script-internal ones included
-# (all_cmds).
+# CPU time per call (user+system from /proc); and from INFO commandstats
+# the commands clients sent per call (client_cmds: one EVALSHA, or the
+# pipelined INCRBY/EXPIRE of one round trip) and all commands executed per
+# call, script-internal ones included (all_cmds).
 #
 #   scripts/bench-rls.sh                      # Sluice only
 #   ENVOY_RATELIMIT_BIN=/path/to/ratelimit scripts/bench-rls.sh
+#   SERVER_CPUS=1 LOAD_CPUS=0 ROUNDS=5 ENVOY_RATELIMIT_BIN=... scripts/bench-rls.sh
 #
-# Environment: DURATION (default 10s), REDIS_PORT (default 26379),
-# BENCH_FLAGS (extra flags for `sluice bench`, e.g. "--client grpc"), and
-# SERVER_CPUS / LOAD_CPUS: when both are set (e.g. SERVER_CPUS=1
-# LOAD_CPUS=0), each server runs pinned to SERVER_CPUS and Redis and the
-# load generator to LOAD_CPUS (taskset -c), so that the server under test
-# has cores of its own, as in a deployment.
+# Environment: DURATION (default 10s) and ROUNDS (default 1); REDIS_PORT
+# (default 26379); BENCH_FLAGS (extra flags for `sluice bench`, e.g.
+# "--client grpc"); SERVER_CPUS / LOAD_CPUS: when both are set (e.g.
+# SERVER_CPUS=1 LOAD_CPUS=0), every server runs pinned to SERVER_CPUS and
+# Redis and the load generator to LOAD_CPUS (taskset -c), so that the
+# server under test has cores of its own, as in a deployment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-1}
 REDIS_PORT=${REDIS_PORT:-26379}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 server_pin=() load_pin=()
@@ -67,57 +73,20 @@ cpu_ms() { # CPU time of a process so far, in milliseconds
   awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($14 + $15) * 1000 / hz}' "/proc/$1/stat"
 }
 
-run() { # name addr pid
-  local name=$1 addr=$2 pid=$3
-  for d in 1 5; do
-    for c in 16 64; do
-      redis-cli -p "$REDIS_PORT" flushall >/dev/null
-      redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
-      local before after line calls
-      before=$(commands)
-      local cpu0 cpu1 rcpu0 rcpu1
-      cpu0=$(cpu_ms "$pid")
-      rcpu0=$(cpu_ms "$redis_pid")
-      # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
-      line=$(${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" --duration "$DURATION" --warmup 0s $BENCH_FLAGS)
-      after=$(commands)
-      cpu1=$(cpu_ms "$pid")
-      rcpu1=$(cpu_ms "$redis_pid")
-      calls=$(sed -E 's/.* calls=([0-9]+) .*/\1/' <<<"$line")
-      printf '%-24s descriptors=%d concurrency=%-3d %s server_cpu/call=%sus redis_cpu/call=%sus %s\n' "$name" "$d" "$c" \
-        "$(sed -E 's/.*(calls\/s=.*) over_limit.*/\1/' <<<"$line")" \
-        "$(awk -v a="$cpu1" -v b="$cpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
-        "$(awk -v a="$rcpu1" -v b="$rcpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
-        "$(awk -v a="$after" -v b="$before" -v n="$calls" 'BEGIN {
-            split(a, x, " "); split(b, y, " ")
-            if (n > 0) printf "client_cmds/call=%.2f all_cmds/call=%.2f", (x[1]-y[1])/n, (x[2]-y[2])/n; else print "-"}')"
-    done
-  done
+names=() addrs=() spids=()
+serve_sluice() { # name port [flags...]
+  local name=$1 port=$2
+  shift 2
+  ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --grpc-addr "127.0.0.1:$port" \
+    --http-addr "127.0.0.1:$((port - 1))" --debug-addr off --log-level warn "$@" &
+  pids+=($!)
+  names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
+  wait_port "$port"
 }
 
-# Sluice, memory store.
-${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
-pids+=($!)
-wait_port 48081
-run "sluice memory" 127.0.0.1:48081 "${pids[-1]}"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
-
-# Sluice, Redis, windows counted by the Lua script (one EVALSHA per request).
-${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false \
-  --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
-pids+=($!)
-wait_port 48081
-run "sluice redis lua" 127.0.0.1:48081 "${pids[-1]}"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
-
-# Sluice, Redis, the default: windows counted with pipelined INCRBY+EXPIRE.
-${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --store redis --redis-addr "127.0.0.1:$REDIS_PORT" \
-  --grpc-addr 127.0.0.1:48081 --http-addr 127.0.0.1:48080 --debug-addr off --log-level warn &
-pids+=($!)
-wait_port 48081
-run "sluice redis" 127.0.0.1:48081 "${pids[-1]}"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'
-
+serve_sluice "sluice memory" 48081
+serve_sluice "sluice redis" 48083 --store redis --redis-addr "127.0.0.1:$REDIS_PORT"
+serve_sluice "sluice redis lua" 48085 --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false
 if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   mkdir -p "$work/runtime/ratelimit/config"
   cp examples/bench/bench.yaml "$work/runtime/ratelimit/config/"
@@ -125,6 +94,82 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
     RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
     PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
   pids+=($!)
+  names+=("envoyproxy/ratelimit") addrs+=("127.0.0.1:48091") spids+=($!)
   wait_port 48091
-  run "envoyproxy/ratelimit" 127.0.0.1:48091 "${pids[-1]}"
 fi
+
+measure() { # name addr pid descriptors callers
+  local name=$1 addr=$2 pid=$3 d=$4 c=$5
+  redis-cli -p "$REDIS_PORT" flushall >/dev/null
+  redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
+  local before after line calls cpu0 cpu1 rcpu0 rcpu1
+  before=$(commands)
+  cpu0=$(cpu_ms "$pid")
+  rcpu0=$(cpu_ms "$redis_pid")
+  # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+  line=$(${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" \
+    --duration "$DURATION" --warmup 0s $BENCH_FLAGS)
+  after=$(commands)
+  cpu1=$(cpu_ms "$pid")
+  rcpu1=$(cpu_ms "$redis_pid")
+  calls=$(sed -E 's/.* calls=([0-9]+) .*/\1/' <<<"$line")
+  printf '%-22s descriptors=%d concurrency=%-3d %s server_cpu/call=%sus redis_cpu/call=%sus %s\n' "$name" "$d" "$c" \
+    "$(sed -E 's/.*(calls\/s=.*) over_limit.*/\1/' <<<"$line")" \
+    "$(awk -v a="$cpu1" -v b="$cpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
+    "$(awk -v a="$rcpu1" -v b="$rcpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
+    "$(awk -v a="$after" -v b="$before" -v n="$calls" 'BEGIN {
+        split(a, x, " "); split(b, y, " ")
+        if (n > 0) printf "client_cmds/call=%.2f all_cmds/call=%.2f", (x[1]-y[1])/n, (x[2]-y[2])/n; else print "-"}')"
+}
+
+# A short unmeasured run per server first: connections, script loading,
+# and the Go runtime's warm-up.
+for i in "${!names[@]}"; do
+  ${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "${addrs[$i]}" --duration 1s --warmup 0s >/dev/null
+done
+
+results="$work/results"
+for round in $(seq "$ROUNDS"); do
+  echo "# round $round of $ROUNDS"
+  for d in 1 5; do
+    for c in 16 64; do
+      for i in "${!names[@]}"; do
+        measure "${names[$i]}" "${addrs[$i]}" "${spids[$i]}" "$d" "$c" | tee -a "$results"
+      done
+    done
+  done
+done
+
+echo
+echo "# medians of $ROUNDS round(s): calls/s p50 p99 server_cpu/call; and for Sluice the ratios to envoyproxy/ratelimit (calls/s, p99)"
+awk '
+  function ms(s) { # a Go duration as printed by sluice bench, in ms
+    if (s ~ /ms$/) return substr(s, 1, length(s) - 2) + 0
+    if (s ~ /µs$/) return substr(s, 1, length(s) - 3) / 1000
+    if (s ~ /s$/) return substr(s, 1, length(s) - 1) * 1000
+    return s + 0
+  }
+  function median(list,   a, n, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  {
+    name = $0; sub(/ +descriptors=.*/, "", name)
+    for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
+    k = name SUBSEP v["descriptors"] SUBSEP v["concurrency"]
+    if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+    cps[k] = cps[k] " " v["calls/s"]; p50[k] = p50[k] " " ms(v["p50"]); p99[k] = p99[k] " " ms(v["p99"])
+    cpu = v["server_cpu/call"]; sub(/us$/, "", cpu); scpu[k] = scpu[k] " " cpu
+  }
+  END {
+    for (i = 1; i <= n; i++) {
+      k = order[i]; split(k, p, SUBSEP)
+      e = "envoyproxy/ratelimit" SUBSEP p[2] SUBSEP p[3]
+      ratio = ""
+      if ((e in seen) && p[1] != "envoyproxy/ratelimit")
+        ratio = sprintf("  vs envoyproxy: %.2fx calls/s, p99 %.2f", median(cps[k]) / median(cps[e]), median(p99[k]) / median(p99[e]))
+      printf "%-22s descriptors=%s concurrency=%-3s calls/s=%.0f p50=%.3fms p99=%.3fms server_cpu/call=%.1fus%s\n",
+        p[1], p[2], p[3], median(cps[k]), median(p50[k]), median(p99[k]), median(scpu[k]), ratio
+    }
+  }' "$results"
