@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -179,14 +180,16 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		s.opts.Metrics.domainNotFound.Inc()
 	}
 
-	checks := make([]check, len(req.Descriptors))
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	checks := sc.checksFor(len(req.Descriptors))
 	replaced := map[string]bool(nil)
 	requestHits := uint64(max(1, req.GetHitsAddend()))
 	n := 0
 	for _, d := range req.Descriptors {
 		n += len(d.GetEntries())
 	}
-	entries := make([]descriptors.Entry, n) // one array for every descriptor's entries
+	entries := sc.entriesFor(n) // one array for every descriptor's entries
 	for i, d := range req.Descriptors {
 		c := &checks[i]
 		c.op = -1
@@ -246,7 +249,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 	}
 
-	ops := make([]store.Op, 0, len(checks))
+	ops := sc.ops[:0]
 	for i := range checks {
 		c := &checks[i]
 		if c.unit == window.Unknown || c.unlimited {
@@ -255,7 +258,8 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		c.op = len(ops)
 		ops = append(ops, s.op(domain, c))
 	}
-	results := make([]store.Result, len(ops))
+	sc.ops = ops
+	results := sc.resultsFor(len(ops))
 	if err := s.count(ctx, ops, results); err != nil {
 		return nil, fmt.Errorf("count descriptors: %w", err)
 	}
@@ -264,6 +268,61 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		resp.DynamicMetadata = dynamicMetadata(req, checks, resp)
 	}
 	return resp, nil
+}
+
+// scratch holds a request's working arrays, which are reused from request
+// to request: nothing refers to them once the response is built.
+type scratch struct {
+	checks  []check
+	entries []descriptors.Entry
+	ops     []store.Op
+	results []store.Result
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxScratch bounds the arrays kept for reuse: an unusually large request
+// leaves its arrays to the garbage collector.
+const maxScratch = 64
+
+func (sc *scratch) checksFor(n int) []check {
+	if cap(sc.checks) < n {
+		sc.checks = make([]check, n)
+	}
+	sc.checks = sc.checks[:n]
+	for i := range sc.checks {
+		sc.checks[i] = check{}
+	}
+	return sc.checks
+}
+
+func (sc *scratch) entriesFor(n int) []descriptors.Entry {
+	if cap(sc.entries) < n {
+		sc.entries = make([]descriptors.Entry, n)
+	}
+	sc.entries = sc.entries[:n]
+	return sc.entries
+}
+
+func (sc *scratch) resultsFor(n int) []store.Result {
+	if cap(sc.results) < n {
+		sc.results = make([]store.Result, n)
+	}
+	sc.results = sc.results[:n]
+	clear(sc.results)
+	return sc.results
+}
+
+// release drops what the arrays point to and returns sc to the pool.
+func (sc *scratch) release() {
+	if cap(sc.checks) > maxScratch || cap(sc.entries) > maxScratch || cap(sc.ops) > maxScratch {
+		return
+	}
+	clear(sc.checks)
+	clear(sc.entries)
+	clear(sc.ops)
+	sc.checks, sc.entries, sc.ops, sc.results = sc.checks[:0], sc.entries[:0], sc.ops[:0], sc.results[:0]
+	scratchPool.Put(sc)
 }
 
 // count applies ops to the store. Descriptors that count into one key (a
@@ -399,12 +458,23 @@ func overrideCacheKey(domain string, entries []descriptors.Entry) string {
 // any is; a quota-mode descriptor over its limit is a candidate like the
 // others (with 0 remaining) but does not take precedence.
 func (s *RLS) respond(checks []check, results []store.Result) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
-	// The messages of all descriptors come from one array of each kind
-	// rather than three allocations per descriptor.
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(checks))
-	limits := make([]rlsv3.RateLimitResponse_RateLimit, len(results))
-	resets := make([]durationpb.Duration, len(results))
+	var resp *rlsv3.RateLimitResponse
+	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
+	var limits []rlsv3.RateLimitResponse_RateLimit
+	var resets []durationpb.Duration
+	if len(checks) == 1 && len(results) <= 1 {
+		// The usual request: every message in one allocation.
+		one := new(oneResponse)
+		resp, statuses, limits, resets = &one.resp, one.status[:], one.limit[:len(results)], one.reset[:len(results)]
+		resp.Statuses = one.ptr[:]
+	} else {
+		// The messages of all descriptors come from one array of each kind
+		// rather than three allocations per descriptor.
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, len(checks))
+		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(results))
+		resets = make([]durationpb.Duration, len(results))
+	}
 	overall := rlsv3.RateLimitResponse_OK
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
@@ -470,6 +540,16 @@ func (s *RLS) respond(checks []check, results []store.Result) *rlsv3.RateLimitRe
 	}
 	resp.OverallCode = overall
 	return resp
+}
+
+// oneResponse is the response to a request of one descriptor, allocated
+// at once.
+type oneResponse struct {
+	resp   rlsv3.RateLimitResponse
+	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limit  [1]rlsv3.RateLimitResponse_RateLimit
+	reset  [1]durationpb.Duration
 }
 
 // dynamicMetadata describes the request and its quota-mode violations as
