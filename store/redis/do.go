@@ -73,9 +73,14 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		return nil
 	}
 	start := s.clock.Now()
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	// A caller's deadline within the timeout bounds the call already (Envoy
+	// sends its rate limit filter's timeout, 20ms by default): no timer.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	err := s.do(ctx, now, b, out)
-	cancel()
 	s.m.observe(s.clock.Now().Sub(start))
 	return err
 }
@@ -176,7 +181,14 @@ func (s *Store) key(op *store.Op, now time.Time) string {
 		return s.prefix + op.Key
 	}
 	start := window.Start(now, int64(op.Window.Length/time.Second))
-	return s.prefix + op.Key + strconv.FormatInt(start, 10)
+	// One allocation: the digits go straight into the key.
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(op.Key) + 20)
+	b.WriteString(s.prefix)
+	b.WriteString(op.Key)
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], start, 10))
+	return b.String()
 }
 
 // addOp adds ops[i] to the call for its slot, appending a call if needed.

@@ -679,6 +679,9 @@ func TestHungServer(t *testing.T) {
 	srv, s := single(t, redis.Options{Timeout: timeout})
 	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 100, Count: 1, Period: time.Second}, Cost: 1}}}
 	do(t, s, base, b)
+	const long = 4 * time.Second
+	slow := newStore(t, redis.Options{Addrs: []string{srv.Addr}, Timeout: long})
+	do(t, slow, base, b)
 	srv.Pause()
 	var wg sync.WaitGroup
 	for range 8 {
@@ -692,6 +695,23 @@ func TestHungServer(t *testing.T) {
 			}
 			if !errors.Is(err, store.ErrUnavailable) {
 				t.Errorf("got %v, want ErrUnavailable", err)
+			}
+		}()
+	}
+	// A caller's deadline sooner than the timeout bounds the call.
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err := slow.Do(ctx, base, b, make([]store.Result, 1))
+			if d := time.Since(start); d >= long {
+				t.Errorf("caller deadline 100ms: took %s, the store's whole %s timeout", d, long)
+			}
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("caller deadline 100ms: got %v, want ErrUnavailable", err)
 			}
 		}()
 	}
@@ -796,4 +816,27 @@ func TestWindowCountOverflow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Five fixed windows counted as envoyproxy/ratelimit does (INCRBY and
+// EXPIRE each, pipelined): the RLS service's 5-descriptor request.
+func BenchmarkEnvoyWindowsOfFive(b *testing.B) {
+	_, s := single(b, redis.Options{EnvoyCompatible: true})
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		id := strconv.FormatInt(n.Add(1), 10)
+		var batch store.Batch
+		for i := range 5 {
+			batch.Ops = append(batch.Ops, store.Op{Key: "bench_k" + strconv.Itoa(i) + "_v" + id + "_", Algorithm: store.FixedWindow,
+				Action: store.Spend, Window: store.Window{Limit: 1 << 30, Length: time.Minute}, Cost: 1})
+		}
+		out := make([]store.Result, len(batch.Ops))
+		for pb.Next() {
+			if err := s.Do(context.Background(), base, batch, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
