@@ -507,10 +507,27 @@ func fqdnSetKey(id string, strict bool) (string, string) {
 }
 
 // hashSet returns the SHA-256 hex of members sorted, de-duplicated and
-// joined by commas. It sorts members in place.
+// joined by commas, as Boulder hashes an order's identifiers: DNS names
+// first, then IP addresses, each sorted by value. It sorts members in
+// place; they are in canonical form.
 func hashSet(members []string) string {
-	slices.Sort(members)
+	slices.SortFunc(members, func(a, b string) int {
+		if ipA, ipB := isIPIdent(a), isIPIdent(b); ipA != ipB {
+			if ipB {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	members = slices.Compact(members)
 	h := sha256.Sum256([]byte(strings.Join(members, ",")))
 	return hex.EncodeToString(h[:])
+}
+
+// isIPIdent tells an IP address identifier from a DNS name: a DNS name
+// never parses as an address.
+func isIPIdent(v string) bool {
+	_, err := netip.ParseAddr(v)
+	return err == nil
 }
