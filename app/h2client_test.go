@@ -288,13 +288,7 @@ func TestH2ManyConcurrentCallsOnOneConnection(t *testing.T) {
 						}
 						req := h2Request(h2Padded(prefix, tag, 2048+i%7), 1+i%8, tag)
 						sent.Add(int64(proto.Size(req)))
-						got, err := h2Ask(context.Background(), c, req)
-						if err != nil {
-							t.Errorf("goroutine %d call %d: got %v, want no error", g, i, err)
-							return
-						}
-						if d := h2Diff(got, h2Want(req, addr)); d != "" {
-							t.Errorf("goroutine %d call %d: %s", g, i, d)
+						if !h2AskRight(t, c, addr, req, fmt.Sprintf("goroutine %d call %d", g, i)) {
 							return
 						}
 					}
@@ -309,6 +303,22 @@ func TestH2ManyConcurrentCallsOnOneConnection(t *testing.T) {
 	}
 }
 
+// h2AskRight makes the call req on c and reports, naming it what, an
+// error or an answer other than the test server's for it.
+func h2AskRight(t *testing.T, c *h2Conn, addr string, req *rlsv3.RateLimitRequest, what string) bool {
+	t.Helper()
+	got, err := h2Ask(context.Background(), c, req)
+	if err != nil {
+		t.Errorf("%s: got %v, want no error", what, err)
+		return false
+	}
+	if d := h2Diff(got, h2Want(req, addr)); d != "" {
+		t.Errorf("%s: %s", what, d)
+		return false
+	}
+	return true
+}
+
 func TestH2CallWaitsForAFreeStreamSlot(t *testing.T) {
 	t.Parallel()
 	// grpc-go refuses streams over its limit, so any call that did not wait
@@ -320,13 +330,7 @@ func TestH2CallWaitsForAFreeStreamSlot(t *testing.T) {
 		wg.Go(func() {
 			for i := range 50 {
 				req := h2Request("bench", 2, fmt.Sprintf("g%d-%d", g, i))
-				got, err := h2Ask(context.Background(), c, req)
-				if err != nil {
-					t.Errorf("goroutine %d call %d: got %v, want no error", g, i, err)
-					return
-				}
-				if d := h2Diff(got, h2Want(req, addr)); d != "" {
-					t.Errorf("goroutine %d call %d: %s", g, i, d)
+				if !h2AskRight(t, c, addr, req, fmt.Sprintf("goroutine %d call %d", g, i)) {
 					return
 				}
 			}
