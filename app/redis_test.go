@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,5 +204,38 @@ func TestRedisOutageFollowsThePolicyAndRecovers(t *testing.T) {
 				return err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && resp.Statuses[0].CurrentLimit != nil && health() == 200
 			})
 		})
+	}
+}
+
+// One request is one Redis round trip whatever the number of descriptors,
+// fixed windows and GCRA buckets alike.
+func TestOneRedisRoundTripPerRequest(t *testing.T) {
+	srv := redistest.StartSingle(t)
+	client := startOnRedis(t, 1, "single", []string{srv.Addr})[0]
+	for _, n := range []int{1, 5, 12} {
+		req := &rlsv3.RateLimitRequest{Domain: "shared"}
+		for i := range n {
+			key := []string{"window", "smooth"}[i%2]
+			req.Descriptors = append(req.Descriptors, &rlcommon.RateLimitDescriptor{
+				Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: key, Value: fmt.Sprintf("rt%d-%d", n, i)}}})
+		}
+		ask := func() {
+			t.Helper()
+			resp, err := client.ShouldRateLimit(context.Background(), req)
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(resp.GetStatuses()) != n {
+				t.Fatalf("%d descriptors: got %v, %v; want OK with %d statuses", n, resp, err, n)
+			}
+		}
+		ask() // connections up, the script loaded
+		// A keep-alive PING can fall in between: the fewest of a few tries.
+		best := int64(1 << 62)
+		for range 5 {
+			before := srv.Reads()
+			ask()
+			best = min(best, srv.Reads()-before-1)
+		}
+		if best != 1 {
+			t.Errorf("%d descriptors: %d reads by Redis per request, want 1 round trip", n, best)
+		}
 	}
 }

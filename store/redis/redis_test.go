@@ -840,3 +840,55 @@ func BenchmarkEnvoyWindowsOfFive(b *testing.B) {
 		}
 	})
 }
+
+// A batch is one round trip to Redis whatever its size: the commands of
+// all its operations reach the server in one read.
+func TestOneRoundTripPerBatch(t *testing.T) {
+	t.Parallel()
+	lim := gcra.Limit{Burst: 100, Count: 100, Period: time.Minute}
+	win := store.Window{Limit: 100, Length: time.Minute}
+	batch := func(n int, alg store.Algorithm, prefix string) store.Batch {
+		var b store.Batch
+		for i := range n {
+			b.Ops = append(b.Ops, store.Op{Key: fmt.Sprintf("%s%d_", prefix, i), Algorithm: alg, Action: store.Spend, Limit: lim, Window: win, Cost: 1})
+		}
+		return b
+	}
+	for _, envoy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("envoy-keys=%v", envoy), func(t *testing.T) {
+			t.Parallel()
+			srv, s := single(t, redis.Options{EnvoyCompatible: envoy})
+			for _, tc := range []struct {
+				name string
+				b    store.Batch
+			}{
+				{"1 window", batch(1, store.FixedWindow, "w1_")},
+				{"5 windows", batch(5, store.FixedWindow, "w5_")},
+				{"5 GCRA buckets", batch(5, store.GCRA, "g5_")},
+				{"20 windows", batch(20, store.FixedWindow, "w20_")},
+			} {
+				do(t, s, base, tc.b) // the script loaded, the connection up
+				// Another client's (a keep-alive PING's) read can fall in
+				// between: the fewest of a few tries counts.
+				best := int64(math.MaxInt64)
+				for range 5 {
+					before := srv.Reads()
+					do(t, s, base, tc.b)
+					best = min(best, srv.Reads()-before-1)
+				}
+				if best != 1 {
+					t.Errorf("%s: %d reads by Redis, want 1 round trip", tc.name, best)
+				}
+			}
+			// The measure counts round trips: two batches are two.
+			b := batch(5, store.FixedWindow, "two_")
+			do(t, s, base, b)
+			before := srv.Reads()
+			do(t, s, base, b)
+			do(t, s, base, b)
+			if got := srv.Reads() - before - 1; got < 2 {
+				t.Errorf("two batches: %d reads by Redis, want at least 2", got)
+			}
+		})
+	}
+}

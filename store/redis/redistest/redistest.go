@@ -85,6 +85,10 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // protected by mu; nil while stopped
 	exited chan struct{} // protected by mu; closed when cmd has exited
+
+	statsMu   sync.Mutex
+	statsConn net.Conn      // Reads' connection, kept open; protected by statsMu
+	statsR    *bufio.Reader // reads statsConn
 }
 
 // Require reports whether SLUICE_REQUIRE_REDIS asks for the tests to fail
@@ -352,11 +356,21 @@ func (s *Server) signal(sig os.Signal) {
 // for an error reply or a connection failure. It is meant for setting up and
 // inspecting servers in tests, not for speed.
 func (s *Server) Do(args ...string) (any, error) {
-	conn, err := s.dial()
+	conn, r, err := s.open()
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	return roundTrip(conn, r, args)
+}
+
+// open connects to the server and authenticates as it needs.
+func (s *Server) open() (net.Conn, *bufio.Reader, error) {
+	conn, err := s.dial()
+	if err != nil {
+		return nil, nil, err
+	}
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	r := bufio.NewReader(conn)
 	if s.Password != "" {
@@ -365,10 +379,11 @@ func (s *Server) Do(args ...string) (any, error) {
 			auth = []string{"AUTH", s.Username, s.Password}
 		}
 		if _, err := roundTrip(conn, r, auth); err != nil {
-			return nil, fmt.Errorf("auth: %w", err)
+			conn.Close()
+			return nil, nil, fmt.Errorf("auth: %w", err)
 		}
 	}
-	return roundTrip(conn, r, args)
+	return conn, r, nil
 }
 
 // MustDo is Do that fails the test on an error.
@@ -483,4 +498,42 @@ func (s *Server) CommandCalls() map[string]int64 {
 		}
 	}
 	return calls
+}
+
+// Reads is how many times the server has read from a client connection
+// (INFO stats total_reads_processed, Redis 6.2 and later), the INFO call's
+// own read included. It asks on a connection of its own that stays open,
+// so that no connection's opening or closing counts. A client's pipelined
+// commands that reach the server in one write are one read: the
+// difference between two Reads, less one for the second INFO, counts round
+// trips.
+func (s *Server) Reads() int64 {
+	s.t.Helper()
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if s.statsConn == nil {
+		conn, r, err := s.open()
+		if err != nil {
+			s.t.Fatalf("redistest: %s: %v", s.Addr, err)
+		}
+		s.statsConn, s.statsR = conn, r
+		s.t.Cleanup(func() { conn.Close() })
+	}
+	s.statsConn.SetDeadline(time.Now().Add(5 * time.Second))
+	v, err := roundTrip(s.statsConn, s.statsR, []string{"INFO", "stats"})
+	if err != nil {
+		s.t.Fatalf("redistest: %s INFO stats: %v", s.Addr, err)
+	}
+	info, _ := v.(string)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				s.t.Fatalf("redistest: total_reads_processed %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	s.t.Fatalf("redistest: INFO stats has no total_reads_processed (Redis older than 6.2?)")
+	return 0
 }
