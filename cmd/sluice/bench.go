@@ -21,7 +21,9 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	r, err := app.RunBench(context.Background(), b)
-	fmt.Fprintf(stdout, "addr=%s descriptors=%d concurrency=%d %s\n", b.Addr, b.Descriptors, b.Concurrency, r)
+	if r.Calls > r.Errors { // a line of nothing but failures measures nothing
+		fmt.Fprintf(stdout, "addr=%s descriptors=%d concurrency=%d %s\n", b.Addr, b.Descriptors, b.Concurrency, r)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 1

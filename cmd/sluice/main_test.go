@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -154,5 +155,20 @@ func TestServeExitsCleanlyOnSIGTERM(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not exit after SIGTERM")
+	}
+}
+
+func TestBenchWithNoServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	for _, client := range []string{"h2", "grpc"} {
+		code, out, errOut := runCmd("bench", "--addr", addr, "--client", client, "--duration", "200ms", "--warmup", "0s", "--concurrency", "2")
+		if code != 1 || out != "" || !strings.Contains(errOut, addr) {
+			t.Errorf("--client %s: got %d, stdout %q, stderr %q; want 1, no result line, an error naming %s", client, code, out, errOut, addr)
+		}
 	}
 }
