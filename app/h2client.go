@@ -3,7 +3,7 @@ package app
 // A minimal HTTP/2 client for unary gRPC calls with pre-encoded messages.
 // `sluice bench` shares the machine with the server it measures, so the
 // load generator must be cheap: on a 2-core machine grpc-go's client costs
-// 18-20 µs of CPU per call, this one about 5.5 µs (the cpu-ns/op of
+// 16-20 µs of CPU per call, this one 4.4-5.7 µs (the cpu-ns/op of
 // BenchmarkGRPCCall and BenchmarkH2Call). It speaks h2c with prior
 // knowledge (no TLS), sends no compression, deadlines or metadata, and
 // knows nothing about protobuf: callers hand it serialized messages.
