@@ -72,7 +72,7 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	front := httptest.NewServer(NewProxy(u, l))
+	front := httptest.NewServer(NewProxy(u, l, ProxyOptions{}))
 	defer front.Close()
 	cases := []struct{ name, url string }{
 		{name: "direct to the upstream", url: upstream.URL + "/users/42"},

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"time"
 )
 
 // NewProxy returns a reverse proxy to upstream behind l: each request is
@@ -19,8 +20,8 @@ import (
 // become upstream's, X-Forwarded-For/-Host/-Proto are set, and the
 // upstream's path is joined in front of the request's. The handler is safe
 // for concurrent use.
-func NewProxy(upstream *url.URL, l *Limiter) http.Handler {
-	p := &proxy{l: l}
+func NewProxy(upstream *url.URL, l *Limiter, o ProxyOptions) http.Handler {
+	p := &proxy{l: l, timeout: o.Timeout}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -32,12 +33,31 @@ func NewProxy(upstream *url.URL, l *Limiter) http.Handler {
 	return p
 }
 
+// ProxyOptions configure NewProxy.
+type ProxyOptions struct {
+	// Timeout bounds the wait for the upstream's response headers,
+	// connecting included; 0: no bound. Response bodies are not bounded,
+	// so long downloads and streams go on.
+	Timeout time.Duration
+}
+
 type proxy struct {
-	l  *Limiter
-	rp *httputil.ReverseProxy
+	l       *Limiter
+	rp      *httputil.ReverseProxy
+	timeout time.Duration
 }
 
 type admissionKey struct{}
+
+// forwarded is what the proxy keeps about a forwarded request.
+type forwarded struct {
+	a     *admission
+	timer *time.Timer // nil without a timeout
+}
+
+// errUpstreamTimeout is the cause of a request's context when the upstream
+// took longer than the timeout to answer.
+var errUpstreamTimeout = errors.New("upstream timeout")
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := p.l.admit(r)
@@ -49,15 +69,30 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.l.setRateLimitHeaders(w.Header(), a, false)
 	}
 	defer a.finish()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionKey{}, a)))
+	f := &forwarded{a: a}
+	ctx := r.Context()
+	if p.timeout > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		f.timer = time.AfterFunc(p.timeout, func() { cancel(errUpstreamTimeout) })
+		defer f.timer.Stop()
+	}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, admissionKey{}, f)))
 }
 
 // modifyResponse runs when the upstream's response headers arrive.
 func (p *proxy) modifyResponse(resp *http.Response) error {
-	a, _ := resp.Request.Context().Value(admissionKey{}).(*admission)
-	if a == nil {
+	f, _ := resp.Request.Context().Value(admissionKey{}).(*forwarded)
+	if f == nil {
 		return nil
 	}
+	if f.timer != nil && !f.timer.Stop() {
+		// The timeout fired as the headers came: the request's context is
+		// cancelled, and the body could not be read.
+		return errUpstreamTimeout
+	}
+	a := f.a
 	if resp.StatusCode == http.StatusSwitchingProtocols ||
 		isEventStream(resp.Header.Get("Content-Type")) ||
 		resp.Request.Context().Err() != nil {
@@ -72,7 +107,18 @@ func (p *proxy) modifyResponse(resp *http.Response) error {
 // reached or failed before answering. A request the client cancelled is
 // not the upstream's fault and is only excluded.
 func (p *proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	a, _ := r.Context().Value(admissionKey{}).(*admission)
+	var a *admission
+	if f, _ := r.Context().Value(admissionKey{}).(*forwarded); f != nil {
+		a = f.a
+	}
+	if errors.Is(context.Cause(r.Context()), errUpstreamTimeout) || errors.Is(err, errUpstreamTimeout) {
+		if a != nil {
+			a.observe(p.l.clock.Now()) // at least the timeout: a slow URL
+		}
+		p.l.log.Warn("adaptive proxy: upstream timeout", "url", r.URL.String(), "timeout", p.timeout)
+		w.WriteHeader(http.StatusGatewayTimeout)
+		return
+	}
 	if r.Context().Err() != nil || errors.Is(err, context.Canceled) {
 		if a != nil {
 			a.exclude()

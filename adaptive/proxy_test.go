@@ -36,7 +36,7 @@ func newProxyHarness(t *testing.T, cfg Config, upstream http.Handler) *proxyHarn
 	ph.upstream = httptest.NewServer(upstream)
 	t.Cleanup(ph.upstream.Close)
 	u, _ := url.Parse(ph.upstream.URL)
-	ph.front = httptest.NewServer(NewProxy(u, l))
+	ph.front = httptest.NewServer(NewProxy(u, l, ProxyOptions{}))
 	t.Cleanup(ph.front.Close)
 	return ph
 }
@@ -93,7 +93,7 @@ func TestUpstreamErrorsAreCountedApartFromTheAverage(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL, _ := url.Parse(dead.URL)
 	dead.Close()
-	front := httptest.NewServer(NewProxy(deadURL, ph.l))
+	front := httptest.NewServer(NewProxy(deadURL, ph.l, ProxyOptions{}))
 	defer front.Close()
 	for range 2 {
 		resp, err := front.Client().Get(front.URL + "/down")
@@ -152,5 +152,59 @@ func TestTheProxyDoesNotMeasureStreamsOrUpgrades(t *testing.T) {
 		if s := stats(t, ph.l, key); s.Count != 1 || s.Samples != 0 {
 			t.Errorf("%s: got %+v, want counted once and never measured", key, s)
 		}
+	}
+}
+
+// An upstream slower than the timeout to send its headers gets 504, and
+// the wait counts as the request's response time; a response whose
+// headers came in time may take longer to send its body.
+func TestTheProxyTimesOutASlowUpstream(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var ph *proxyHarness
+	ph = newProxyHarness(t, DefaultConfig(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			ph.clk.Add(2 * time.Second) // the wait, as the limiter's clock sees it
+			select {                    // no headers until the proxy gives up
+			case <-r.Context().Done():
+			case <-release:
+			}
+		case "/stream":
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			time.Sleep(300 * time.Millisecond) // three times the timeout
+			_, _ = io.WriteString(w, "late body")
+		}
+	}))
+	defer close(release)
+	u, _ := url.Parse(ph.upstream.URL)
+	front := httptest.NewServer(NewProxy(u, ph.l, ProxyOptions{Timeout: 100 * time.Millisecond}))
+	defer front.Close()
+
+	start := time.Now()
+	resp, err := front.Client().Get(front.URL + "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("slow upstream: got %d, want 504", resp.StatusCode)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("slow upstream: answered after %s, want about the 100ms timeout", d)
+	}
+	if s := stats(t, ph.l, "/slow"); s.Count != 1 || s.Samples != 1 || s.Errors != 0 || s.AvgMs != 2000 {
+		t.Errorf("got %+v, want the timed-out request measured at its 2s wait", s)
+	}
+
+	resp, err = front.Client().Get(front.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || string(body) != "late body" {
+		t.Errorf("slow body: got %d %q, %v; want 200 and the whole body", resp.StatusCode, body, err)
 	}
 }

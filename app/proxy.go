@@ -34,6 +34,9 @@ type ProxyOptions struct {
 	ConfigPath string
 	// DebugAddr serves /metrics and /debug/pprof/; default 127.0.0.1:6071.
 	DebugAddr string
+	// UpstreamTimeout bounds the wait for the upstream's response headers
+	// (504 past it); 0: no bound. Default 60s.
+	UpstreamTimeout time.Duration
 	// Store options: with a shared store (redis), several proxies share
 	// their windows. Default memory: in-process state.
 	Store Options
@@ -41,13 +44,14 @@ type ProxyOptions struct {
 
 // ParseProxy reads the proxy command's flags, with environment fallbacks.
 func ParseProxy(args []string, getenv func(string) string, out io.Writer) (ProxyOptions, error) {
-	p := ProxyOptions{Listen: ":8000", DebugAddr: "127.0.0.1:6071", Store: Defaults()}
+	p := ProxyOptions{Listen: ":8000", DebugAddr: "127.0.0.1:6071", UpstreamTimeout: time.Minute, Store: Defaults()}
 	fs := flag.NewFlagSet("sluice proxy", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&p.Listen, "listen", p.Listen, "proxy listen address")
 	fs.StringVar(&p.Upstream, "upstream", p.Upstream, "upstream URL, e.g. http://127.0.0.1:9000")
 	fs.StringVar(&p.ConfigPath, "config", p.ConfigPath, "adaptive limiter config file (default: the seed's parameters)")
 	fs.StringVar(&p.DebugAddr, "debug-addr", p.DebugAddr, "debug listen address (/metrics, /debug/pprof/)")
+	fs.DurationVar(&p.UpstreamTimeout, "upstream-timeout", p.UpstreamTimeout, "longest wait for the upstream's response headers, 504 past it (0: no limit)")
 	fs.StringVar(&p.Store.LogLevel, "log-level", p.Store.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&p.Store.LogFormat, "log-format", p.Store.LogFormat, "log format: text or json")
 	addrs := p.Store.addStoreFlags(fs)
@@ -72,6 +76,9 @@ func ParseProxy(args []string, getenv func(string) string, out io.Writer) (Proxy
 		errs = append(errs, errors.New("--upstream: required"))
 	} else if u, err := url.Parse(p.Upstream); err != nil || u.Scheme == "" || u.Host == "" {
 		errs = append(errs, fmt.Errorf("--upstream: %q is not an absolute URL like http://host:port", p.Upstream))
+	}
+	if p.UpstreamTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--upstream-timeout: %s is negative", p.UpstreamTimeout))
 	}
 	errs = append(errs, p.Store.Validate())
 	return p, errors.Join(errs...)
@@ -130,7 +137,7 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 	return &Proxy{
 		log:     log,
 		limiter: l,
-		server:  &http.Server{Handler: adaptive.NewProxy(upstream, l), ReadHeaderTimeout: 10 * time.Second},
+		server:  &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second},
 		debug:   &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second},
 		closeFn: closeFn,
 	}, nil

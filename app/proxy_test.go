@@ -73,3 +73,24 @@ func TestParseProxyRejectsBadUpstream(t *testing.T) {
 		}
 	}
 }
+
+func TestParseProxyUpstreamTimeout(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	p, err := app.ParseProxy([]string{"--upstream", "http://127.0.0.1:9000"}, noEnv, io.Discard)
+	if err != nil || p.UpstreamTimeout != time.Minute {
+		t.Fatalf("default: got %s, %v; want 1m", p.UpstreamTimeout, err)
+	}
+	p, err = app.ParseProxy([]string{"--upstream", "http://127.0.0.1:9000"}, func(k string) string {
+		if k == "SLUICE_UPSTREAM_TIMEOUT" {
+			return "0s"
+		}
+		return ""
+	}, io.Discard)
+	if err != nil || p.UpstreamTimeout != 0 {
+		t.Fatalf("SLUICE_UPSTREAM_TIMEOUT=0s: got %s, %v; want 0", p.UpstreamTimeout, err)
+	}
+	_, err = app.ParseProxy([]string{"--upstream", "http://127.0.0.1:9000", "--upstream-timeout", "-1s"}, noEnv, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--upstream-timeout") {
+		t.Errorf("--upstream-timeout -1s: got %v, want an error naming the flag", err)
+	}
+}
