@@ -182,14 +182,16 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	checks := sc.checksFor(len(req.Descriptors))
+	sc.checks = sized(sc.checks, len(req.Descriptors))
+	checks := sc.checks
 	replaced := map[string]bool(nil)
 	requestHits := uint64(max(1, req.GetHitsAddend()))
 	n := 0
 	for _, d := range req.Descriptors {
 		n += len(d.GetEntries())
 	}
-	entries := sc.entriesFor(n) // one array for every descriptor's entries
+	sc.entries = sized(sc.entries, n)
+	entries := sc.entries // one array for every descriptor's entries
 	for i, d := range req.Descriptors {
 		c := &checks[i]
 		c.op = -1
@@ -259,7 +261,8 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		ops = append(ops, s.op(domain, c))
 	}
 	sc.ops = ops
-	results := sc.resultsFor(len(ops))
+	sc.results = sized(sc.results, len(ops))
+	results := sc.results
 	if err := s.count(ctx, ops, results); err != nil {
 		return nil, fmt.Errorf("count descriptors: %w", err)
 	}
@@ -285,42 +288,24 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // leaves its arrays to the garbage collector.
 const maxScratch = 64
 
-func (sc *scratch) checksFor(n int) []check {
-	if cap(sc.checks) < n {
-		sc.checks = make([]check, n)
+// sized returns a with length n, reusing its array when large enough. The
+// pool hands out cleared arrays (see release) and make's are zero.
+func sized[T any](a []T, n int) []T {
+	if cap(a) < n {
+		return make([]T, n)
 	}
-	sc.checks = sc.checks[:n]
-	for i := range sc.checks {
-		sc.checks[i] = check{}
-	}
-	return sc.checks
-}
-
-func (sc *scratch) entriesFor(n int) []descriptors.Entry {
-	if cap(sc.entries) < n {
-		sc.entries = make([]descriptors.Entry, n)
-	}
-	sc.entries = sc.entries[:n]
-	return sc.entries
-}
-
-func (sc *scratch) resultsFor(n int) []store.Result {
-	if cap(sc.results) < n {
-		sc.results = make([]store.Result, n)
-	}
-	sc.results = sc.results[:n]
-	clear(sc.results)
-	return sc.results
+	return a[:n]
 }
 
 // release drops what the arrays point to and returns sc to the pool.
 func (sc *scratch) release() {
-	if cap(sc.checks) > maxScratch || cap(sc.entries) > maxScratch || cap(sc.ops) > maxScratch {
+	if max(cap(sc.checks), cap(sc.entries), cap(sc.ops), cap(sc.results)) > maxScratch {
 		return
 	}
 	clear(sc.checks)
 	clear(sc.entries)
 	clear(sc.ops)
+	clear(sc.results)
 	sc.checks, sc.entries, sc.ops, sc.results = sc.checks[:0], sc.entries[:0], sc.ops[:0], sc.results[:0]
 	scratchPool.Put(sc)
 }
