@@ -16,15 +16,21 @@
 # CPU time per call (user+system from /proc); and from INFO commandstats
 # the commands clients sent per call (client_cmds: one EVALSHA, or the
 # pipelined INCRBY/EXPIRE of one round trip) and all commands executed per
-# call, script-internal ones included (all_cmds).
+# call, script-internal ones included (all_cmds); and from INFO stats the
+# reads Redis made from client connections per call (reads: one per round
+# trip, fewer when one read carries several calls' commands).
 #
 #   scripts/bench-rls.sh                      # Sluice only
 #   ENVOY_RATELIMIT_BIN=/path/to/ratelimit scripts/bench-rls.sh
 #   SERVER_CPUS=1 LOAD_CPUS=0 ROUNDS=5 ENVOY_RATELIMIT_BIN=... scripts/bench-rls.sh
 #
-# Environment: DURATION (default 10s) and ROUNDS (default 1); REDIS_PORT
-# (default 26379); BENCH_FLAGS (extra flags for `sluice bench`, e.g.
-# "--client grpc"); SERVER_CPUS / LOAD_CPUS: when both are set (e.g.
+# Environment: DURATION (default 10s) and ROUNDS (default 1); LOADS, the
+# descriptors/callers pairs to run (default "1/16 1/64 5/16 5/64");
+# REDIS_PORT (default 26379); BENCH_FLAGS (extra flags for `sluice bench`,
+# e.g. "--client grpc"); SERVER_ENV, VAR=value words set for every server
+# and only for them (e.g. "GOMAXPROCS=1" or "GOGC=400"; SLUICE_* variables
+# reach Sluice's servers anyway, e.g. SLUICE_GRPC_WORKERS=0);
+# SERVER_CPUS / LOAD_CPUS: when both are set (e.g.
 # SERVER_CPUS=1 LOAD_CPUS=0), every server runs pinned to SERVER_CPUS and
 # Redis and the load generator to LOAD_CPUS (taskset -c), so that the
 # server under test has cores of its own, as in a deployment.
@@ -33,6 +39,8 @@ cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-1}
+LOADS=${LOADS:-1/16 1/64 5/16 5/64}
+read -r -a server_env <<<"${SERVER_ENV:-}"
 REDIS_PORT=${REDIS_PORT:-26379}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 server_pin=() load_pin=()
@@ -69,6 +77,10 @@ commands() { # "client all": command calls so far, sent by clients and in total
     END {print (scripts > 0 ? scripts : plain)+0, all+0}'
 }
 
+reads() { # reads Redis has made from client connections so far
+  redis-cli -p "$REDIS_PORT" info stats | tr -d '\r' | awk -F: '$1 == "total_reads_processed" {print $2+0}'
+}
+
 cpu_ms() { # CPU time of a process so far, in milliseconds
   awk -v hz="$(getconf CLK_TCK)" '{printf "%d", ($14 + $15) * 1000 / hz}' "/proc/$1/stat"
 }
@@ -77,7 +89,7 @@ names=() addrs=() spids=()
 serve_sluice() { # name port [flags...]
   local name=$1 port=$2
   shift 2
-  ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --grpc-addr "127.0.0.1:$port" \
+  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --grpc-addr "127.0.0.1:$port" \
     --http-addr "127.0.0.1:$((port - 1))" --debug-addr off --log-level warn "$@" &
   pids+=($!)
   names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
@@ -92,7 +104,7 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   cp examples/bench/bench.yaml "$work/runtime/ratelimit/config/"
   USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
     RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-    PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
+    PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
   pids+=($!)
   names+=("envoyproxy/ratelimit") addrs+=("127.0.0.1:48091") spids+=($!)
   wait_port 48091
@@ -102,24 +114,27 @@ measure() { # name addr pid descriptors callers
   local name=$1 addr=$2 pid=$3 d=$4 c=$5
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
   redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
-  local before after line calls cpu0 cpu1 rcpu0 rcpu1
+  local before after line calls cpu0 cpu1 rcpu0 rcpu1 reads0 reads1
   before=$(commands)
+  reads0=$(reads)
   cpu0=$(cpu_ms "$pid")
   rcpu0=$(cpu_ms "$redis_pid")
   # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
   line=$(${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" \
     --duration "$DURATION" --warmup 0s $BENCH_FLAGS)
   after=$(commands)
+  reads1=$(reads)
   cpu1=$(cpu_ms "$pid")
   rcpu1=$(cpu_ms "$redis_pid")
   calls=$(sed -E 's/.* calls=([0-9]+) .*/\1/' <<<"$line")
-  printf '%-22s descriptors=%d concurrency=%-3d %s server_cpu/call=%sus redis_cpu/call=%sus %s\n' "$name" "$d" "$c" \
+  printf '%-22s descriptors=%d concurrency=%-3d %s server_cpu/call=%sus redis_cpu/call=%sus %s reads/call=%s\n' "$name" "$d" "$c" \
     "$(sed -E 's/.*(calls\/s=.*) over_limit.*/\1/' <<<"$line")" \
     "$(awk -v a="$cpu1" -v b="$cpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
     "$(awk -v a="$rcpu1" -v b="$rcpu0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.1f", (a-b)*1000/n}')" \
     "$(awk -v a="$after" -v b="$before" -v n="$calls" 'BEGIN {
         split(a, x, " "); split(b, y, " ")
-        if (n > 0) printf "client_cmds/call=%.2f all_cmds/call=%.2f", (x[1]-y[1])/n, (x[2]-y[2])/n; else print "-"}')"
+        if (n > 0) printf "client_cmds/call=%.2f all_cmds/call=%.2f", (x[1]-y[1])/n, (x[2]-y[2])/n; else print "-"}')" \
+    "$(awk -v a="$reads1" -v b="$reads0" -v n="$calls" 'BEGIN {if (n > 0) printf "%.2f", (a-b)/n}')"
 }
 
 # A short unmeasured run per server first: connections, script loading,
@@ -131,11 +146,9 @@ done
 results="$work/results"
 for round in $(seq "$ROUNDS"); do
   echo "# round $round of $ROUNDS"
-  for d in 1 5; do
-    for c in 16 64; do
-      for i in "${!names[@]}"; do
-        measure "${names[$i]}" "${addrs[$i]}" "${spids[$i]}" "$d" "$c" | tee -a "$results"
-      done
+  for load in $LOADS; do
+    for i in "${!names[@]}"; do
+      measure "${names[$i]}" "${addrs[$i]}" "${spids[$i]}" "${load%/*}" "${load#*/}" | tee -a "$results"
     done
   done
 done
