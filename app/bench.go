@@ -65,17 +65,25 @@ func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
 		return b, err
 	}
 	var errs []error
-	if b.Descriptors < 1 {
-		errs = append(errs, errors.New("--descriptors must be at least 1"))
-	}
-	if b.Concurrency < 1 || b.Conns < 1 || b.Keys < 1 {
-		errs = append(errs, errors.New("--concurrency, --conns and --keys must be at least 1"))
+	// Bounds keep a mistyped value from building gigabytes of requests.
+	for _, f := range []struct {
+		name    string
+		v, most int
+	}{
+		{"descriptors", b.Descriptors, 1000},
+		{"concurrency", b.Concurrency, 100_000},
+		{"conns", b.Conns, 1000},
+		{"keys", b.Keys, 1_000_000},
+	} {
+		if f.v < 1 || f.v > f.most {
+			errs = append(errs, fmt.Errorf("--%s %d: must be between 1 and %d", f.name, f.v, f.most))
+		}
 	}
 	if b.Client != "h2" && b.Client != "grpc" {
 		errs = append(errs, fmt.Errorf("--client %q: must be h2 or grpc", b.Client))
 	}
-	if b.Duration <= 0 || b.Duration > time.Hour || b.Warmup < 0 {
-		errs = append(errs, errors.New("--duration must be in (0, 1h] and --warmup not negative"))
+	if b.Duration <= 0 || b.Duration > time.Hour || b.Warmup < 0 || b.Warmup > time.Hour {
+		errs = append(errs, errors.New("--duration must be in (0, 1h] and --warmup in [0, 1h]"))
 	}
 	return b, errors.Join(errs...)
 }

@@ -64,7 +64,8 @@ func TestBenchCountsOverLimit(t *testing.T) {
 }
 
 func TestBenchRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--descriptors", "0"}, {"--concurrency", "0"}, {"--duration", "0s"}, {"--duration", "2h"}, {"--client", "http"}} {
+	for _, args := range [][]string{{"--descriptors", "0"}, {"--concurrency", "0"}, {"--duration", "0s"}, {"--duration", "2h"}, {"--client", "http"},
+		{"--keys", "1000000000"}, {"--descriptors", "100000"}, {"--conns", "0"}, {"--warmup", "2h"}} {
 		if _, err := app.ParseBench(args, io.Discard); err == nil {
 			t.Errorf("ParseBench(%q): got nil, want an error", args)
 		}

@@ -39,13 +39,16 @@ type Options struct {
 	Headroom   uint64        // bytes the heap may grow between collections, at least
 	MinPercent int           // GOGC never below this
 	MaxPercent int           // GOGC never above this
-	Interval   time.Duration // how often the live heap is read
+	Interval   time.Duration // how often the live heap is read; default 1s
 }
 
 // Tune sets GOGC from the live heap now and then every Interval until ctx
 // is done. It changes GOGC only when the value moves by more than a tenth,
 // and leaves it as it last set it on return.
 func Tune(ctx context.Context, o Options) {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	current := -1
 	t := time.NewTicker(o.Interval)
