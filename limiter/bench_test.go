@@ -1,0 +1,56 @@
+package limiter_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+// benchKeys is how many buckets the limiter benchmarks spread over.
+const benchKeys = 1 << 20
+
+// BenchmarkSpend is the README's library path: limiter.Spend over the
+// memory store, one decision per call on 1,048,576 buckets, serial and
+// with RunParallel.
+func BenchmarkSpend(b *testing.B) {
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = "3:" + strconv.Itoa(i)
+	}
+	lim := gcra.Limit{Burst: 1_000_000_000, Count: 1_000_000_000, Period: time.Second}
+	run := func(b *testing.B, parallel bool) {
+		l := limiter.New(memory.New(memory.Options{}), clock.New())
+		ctx := context.Background()
+		b.ReportAllocs()
+		if !parallel {
+			for i := 0; b.Loop(); i++ {
+				d, err := l.Spend(ctx, limiter.Transaction{Key: keys[i%benchKeys], Limit: lim, Cost: 1})
+				if err != nil || !d.Allowed {
+					b.Fatalf("got %+v, %v, want allowed", d, err)
+				}
+			}
+			return
+		}
+		var next atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(1)) * 7919
+			for pb.Next() {
+				d, err := l.Spend(ctx, limiter.Transaction{Key: keys[i%benchKeys], Limit: lim, Cost: 1})
+				if err != nil || !d.Allowed {
+					b.Errorf("got %+v, %v, want allowed", d, err)
+					return
+				}
+				i++
+			}
+		})
+	}
+	b.Run("serial", func(b *testing.B) { run(b, false) })
+	b.Run("parallel", func(b *testing.B) { run(b, true) })
+}
