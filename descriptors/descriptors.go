@@ -24,6 +24,7 @@
 package descriptors
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -379,4 +380,43 @@ func (c *Config) Match(domain string, entries []Entry) *Rule {
 		idx = n.children
 	}
 	return n.rule
+}
+
+// ErrInvalidOverride reports a request's limit override that cannot be
+// counted: an unknown unit, a unit_multiplier of 0, or a window longer than
+// window.MaxLength.
+var ErrInvalidOverride = errors.New("invalid limit override")
+
+// Override is the rule a request's own limit makes for the descriptor
+// entries in domain, as envoyproxy/ratelimit counts a descriptor that
+// carries a limit override: requestsPerUnit per window of unit (Envoy's
+// RateLimitUnit number) times multiplier (1 when hasMultiplier is false),
+// with the stats key "domain.key1_value1.key2" and the counter key of
+// AppendCacheKey. The error wraps ErrInvalidOverride.
+func Override(domain string, entries []Entry, unit int32, requestsPerUnit uint32, multiplier uint32, hasMultiplier bool) (*Rule, error) {
+	u := window.Unit(unit)
+	if u.Seconds() == 0 {
+		return nil, fmt.Errorf("%w: limit override has unknown unit %d", ErrInvalidOverride, unit)
+	}
+	if !hasMultiplier {
+		multiplier = 1
+	}
+	if multiplier == 0 {
+		return nil, fmt.Errorf("%w: limit override has unit_multiplier 0, must be > 0", ErrInvalidOverride)
+	}
+	if int64(multiplier) > int64(window.MaxLength/u.Duration()) {
+		return nil, fmt.Errorf("%w: limit override of %d %ss makes a window longer than %s", ErrInvalidOverride, multiplier, u, years(window.MaxLength))
+	}
+	var key strings.Builder
+	key.WriteString(domain)
+	for _, e := range entries {
+		key.WriteByte('.')
+		key.WriteString(e.Key)
+		if e.Value != "" {
+			key.WriteByte('_')
+			key.WriteString(e.Value)
+		}
+	}
+	return &Rule{Domain: domain, StatsKey: key.String(), Depth: len(entries),
+		RequestsPerUnit: requestsPerUnit, Unit: u, UnitMultiplier: multiplier}, nil
 }

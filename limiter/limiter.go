@@ -1,13 +1,25 @@
-// Package limiter turns rate limit requests into store batches and store
-// results into decisions.
+// Package limiter is Sluice's engine: the one way from a front door to a
+// store. It turns transactions into store batches and the store's results
+// into decisions, with either of two semantics:
 //
-// It follows Let's Encrypt Boulder's key-value semantics: a transaction
-// names a bucket, the limit that applies to it and a cost, and is one of
-// check-and-spend, check-only, spend-only or reset. A batch is
-// all-or-nothing: when any checked transaction is denied, nothing is spent.
-// The batch's decision is the strictest of its checked transactions':
-// denied beats allowed, then the longer RetryIn, then the fewer tokens
-// remaining. Spend-only transactions never change the decision.
+//   - Key-value (Boulder) semantics, for Check, Spend, Refund, Reset and
+//     Batch: a transaction names a bucket, the limit that applies to it and
+//     a cost, and is one of check-and-spend, check-only, spend-only or
+//     reset. A batch is all-or-nothing: when any checked transaction is
+//     denied, nothing is spent. The batch's decision is the strictest of
+//     its checked transactions': denied beats allowed, then the longer
+//     RetryIn, then the fewer tokens remaining. Spend-only transactions
+//     never change the decision.
+//   - Envoy semantics, for Count: every transaction (one per request
+//     descriptor) is counted on its own, over its limit or not, and a
+//     request may count the same bucket more than once.
+//
+// A transaction counts against a GCRA limit (package gcra) or a fixed
+// window (package window, Envoy's algorithm). ForBucket builds the
+// transaction of a key-value limit (package limits) and ForRule the one of
+// an Envoy descriptor rule (package descriptors), so front doors never
+// build store operations themselves. The limiter tells the time by its
+// clock; errors are *Error values whose Kind the front doors map to codes.
 //
 // A Limiter is safe for concurrent use.
 package limiter
@@ -17,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/clock"
@@ -24,94 +37,104 @@ import (
 	"github.com/sluice-rl/sluice/store"
 )
 
-// MaxBatch is the largest number of transactions in one batch.
+// MaxBatch is the largest number of transactions in one key-value batch.
 const MaxBatch = 100
 
-// ErrInvalid is wrapped by every error the limiter returns for bad input, so
-// the front doors can answer InvalidArgument or 400 with one check. The more
-// specific sentinels below (and gcra.ErrInvalidCost, gcra.ErrInvalidLimit)
-// are wrapped too.
+// ErrInvalid is matched (errors.Is) by every Invalid *Error, so callers can
+// tell bad input with one check. The more specific sentinels below (and
+// gcra.ErrInvalidCost, gcra.ErrInvalidLimit) are the causes of such errors.
 var ErrInvalid = errors.New("invalid request")
 
-// Sentinel errors for invalid requests.
+// Sentinel causes of invalid requests.
 var (
 	ErrEmptyBatch      = fmt.Errorf("%w: empty batch", ErrInvalid)
 	ErrBatchTooLarge   = fmt.Errorf("%w: batch has more than %d transactions", ErrInvalid, MaxBatch)
 	ErrDuplicateBucket = fmt.Errorf("%w: duplicate bucket in batch", ErrInvalid)
 	ErrInvalidKind     = fmt.Errorf("%w: invalid transaction kind", ErrInvalid)
 	ErrEmptyKey        = fmt.Errorf("%w: empty bucket key", ErrInvalid)
+	ErrInvalidWindow   = fmt.Errorf("%w: invalid window", ErrInvalid)
 )
 
-// Kind is what a transaction does.
-type Kind uint8
+// Kind is what a transaction does to its bucket. It is the one kind enum of
+// Sluice, shared with the stores (it is store.Action); the zero value means
+// CheckAndSpend in a Transaction.
+type Kind = store.Action
 
+// The kinds.
 const (
 	// CheckAndSpend checks the bucket and, when the batch is allowed, spends.
-	CheckAndSpend Kind = iota + 1
+	CheckAndSpend Kind = store.Spend
 	// CheckOnly checks the bucket and never spends.
-	CheckOnly
+	CheckOnly Kind = store.Check
 	// SpendOnly spends when the batch is allowed, without its own decision
 	// counting.
-	SpendOnly
+	SpendOnly Kind = store.SpendOnly
+	// RefundBucket gives the cost back to the bucket (Refund, and Envoy's
+	// negative hits).
+	RefundBucket Kind = store.Refund
 	// ResetBucket makes the bucket full again.
-	ResetBucket
+	ResetBucket Kind = store.Reset
 )
 
-// String returns the kind's name as the API spells it.
-func (k Kind) String() string {
-	switch k {
-	case CheckAndSpend:
-		return "check_and_spend"
-	case CheckOnly:
-		return "check_only"
-	case SpendOnly:
-		return "spend_only"
-	case ResetBucket:
-		return "reset"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
-// ParseKind reads a kind name: check_and_spend (also "" for the default),
-// check_only, spend_only or reset.
+// ParseKind reads a kind as the HTTP API spells it: check_and_spend (also
+// "" for the default), check_only, spend_only, refund or reset.
 func ParseKind(s string) (Kind, error) {
-	switch s {
-	case "", "check_and_spend":
+	if s == "" {
 		return CheckAndSpend, nil
-	case "check_only":
-		return CheckOnly, nil
-	case "spend_only":
-		return SpendOnly, nil
-	case "reset":
-		return ResetBucket, nil
 	}
-	return 0, fmt.Errorf("%w %q, must be check_and_spend, check_only, spend_only or reset", ErrInvalidKind, s)
+	for k := CheckAndSpend; k <= ResetBucket; k++ {
+		if k.String() == s {
+			return k, nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q, must be check_and_spend, check_only, spend_only, refund or reset", ErrInvalidKind, s)
 }
 
-// Transaction is one request against one bucket.
+// Window is a fixed-window limit: Limit hits per window of Length, a whole
+// number of seconds, windows aligned to the Unix epoch (Envoy's algorithm).
+type Window = store.Window
+
+// Transaction is one request against one bucket. It counts against Limit
+// (GCRA) unless Window.Length is set, when it counts in a fixed window.
 type Transaction struct {
-	// Key is the bucket key, e.g. "3:12345678".
+	// Key is the bucket key, e.g. "3:12345678". For a fixed window it is
+	// the key without the window's start, which the store adds.
 	Key string
-	// Limit applies to the bucket. Ignored when Disabled.
+	// Limit is the GCRA limit of the bucket. Ignored when Disabled, for
+	// ResetBucket, and when Window is set.
 	Limit gcra.Limit
+	// Window, when its Length is above zero, makes the bucket a fixed
+	// window instead of a GCRA bucket.
+	Window Window
 	// Disabled: no limit applies; the transaction is allowed without
 	// touching the store.
 	Disabled bool
-	// Cost is the number of tokens, between 0 (a peek) and Limit.Burst.
+	// Cost is the number of tokens or hits: 0 (a peek) up to Limit.Burst
+	// for key-value calls, any number >= 0 for Count.
 	Cost int64
 	// Kind says what the transaction does; the zero value is CheckAndSpend.
 	Kind Kind
+	// Name and ID describe the bucket in error messages (the limit name and
+	// the caller's id, such as NewOrdersPerAccount and "12345678");
+	// optional.
+	Name, ID string
 }
 
 // Decision is the answer to a transaction or a batch.
 type Decision struct {
+	// Allowed: the request may go ahead (for a key-value refund: something
+	// was given back).
 	Allowed bool
-	// Remaining is the tokens left; math.MaxInt64 when no limit applied.
+	// Remaining is the tokens (GCRA) or hits (fixed window) left;
+	// math.MaxInt64 when no limit applied.
 	Remaining int64
 	// RetryIn is how long until the same request would be allowed.
 	RetryIn time.Duration
-	// ResetIn is how long until the bucket is full.
+	// ResetIn is how long until the bucket is full, or the window ends.
 	ResetIn time.Duration
+	// Count is, for a fixed window, the window's counter after the
+	// transaction.
+	Count int64
 	// Index is the transaction of the batch this decision came from, or -1
 	// when no checked transaction applied a limit.
 	Index int
@@ -131,80 +154,175 @@ func New(s store.Store, c clock.Clock) *Limiter {
 	return &Limiter{store: s, clock: c}
 }
 
-// Store returns the limiter's store.
-func (l *Limiter) Store() store.Store { return l.store }
-
-// Clock returns the limiter's clock.
-func (l *Limiter) Clock() clock.Clock { return l.clock }
+// Ping reports whether the limiter's store answers.
+func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
 
 // Check reports whether txn would be allowed, spending nothing.
 func (l *Limiter) Check(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = CheckOnly
-	d, _, err := l.Batch(ctx, []Transaction{txn})
-	return d, err
+	return l.one(ctx, txn)
 }
 
 // Spend checks txn and, if allowed, spends its cost.
 func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = CheckAndSpend
-	d, _, err := l.Batch(ctx, []Transaction{txn})
-	return d, err
+	return l.one(ctx, txn)
 }
 
-// Reset makes the bucket of txn full again.
+// Reset makes the bucket of txn full again. Its decision is allowed, with
+// the burst remaining.
 func (l *Limiter) Reset(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = ResetBucket
-	d, _, err := l.Batch(ctx, []Transaction{txn})
-	return d, err
+	return l.one(ctx, txn)
 }
 
-// Validate checks a batch against the rules: 1 to MaxBatch transactions, no
-// bucket twice, known kinds, valid limits and costs between 0 and burst.
-func Validate(txns []Transaction) error {
-	if len(txns) == 0 {
-		return ErrEmptyBatch
+// one answers a single key-value transaction with its own decision.
+func (l *Limiter) one(ctx context.Context, txn Transaction) (Decision, error) {
+	txns := [1]Transaction{txn}
+	var each [1]Decision
+	if err := validate(txns[:], false); err != nil {
+		return Decision{}, err
 	}
-	if len(txns) > MaxBatch {
-		return fmt.Errorf("%w: got %d", ErrBatchTooLarge, len(txns))
+	if err := l.apply(ctx, txns[:], each[:], true); err != nil {
+		return Decision{}, err
+	}
+	return each[0], nil
+}
+
+// Validate checks a key-value batch against the rules: 1 to MaxBatch
+// transactions, no bucket twice, known kinds, valid limits and costs
+// between 0 and burst. A zero Kind becomes CheckAndSpend.
+func Validate(txns []Transaction) error { return validate(txns, true) }
+
+// ValidBatchSize reports a key-value batch of n transactions that is empty
+// or larger than MaxBatch, so that a front door can refuse it before any
+// other work.
+func ValidBatchSize(n int) error {
+	switch {
+	case n == 0:
+		return &Error{Kind: Invalid, Field: "transactions", Msg: fmt.Sprintf("empty batch, want 1 to %d transactions", MaxBatch), Err: ErrEmptyBatch}
+	case n > MaxBatch:
+		return &Error{Kind: Invalid, Field: "transactions", Msg: fmt.Sprintf("batch has %d transactions, at most %d allowed", n, MaxBatch), Err: ErrBatchTooLarge}
+	}
+	return nil
+}
+
+// validate is Validate; batch says whether messages name the transaction
+// ("transaction 2: …"), as they do for a batch and not for a single call.
+func validate(txns []Transaction, batch bool) error {
+	if err := ValidBatchSize(len(txns)); err != nil {
+		return err
 	}
 	for i := range txns {
 		t := &txns[i]
-		if t.Key == "" {
-			return fmt.Errorf("transaction %d: %w", i, ErrEmptyKey)
-		}
 		if t.Kind == 0 {
 			t.Kind = CheckAndSpend
 		}
-		if t.Kind > ResetBucket {
-			return fmt.Errorf("transaction %d: %w %d", i, ErrInvalidKind, t.Kind)
+		err := validTransaction(t)
+		if err == nil {
+			err = validCost(t)
 		}
-		if !t.Disabled && t.Kind != ResetBucket {
-			if err := t.Limit.Valid(); err != nil {
-				return fmt.Errorf("%w: transaction %d (%s): %w", ErrInvalid, i, t.Key, err)
+		if err != nil {
+			if batch {
+				return At(err, "transactions", "transaction", i)
 			}
-			if err := t.Limit.ValidCost(t.Cost); err != nil {
-				return fmt.Errorf("%w: transaction %d (%s): %w", ErrInvalid, i, t.Key, err)
-			}
+			return err
 		}
-		for j := range i {
-			if txns[j].Key == t.Key {
-				return fmt.Errorf("%w: %q in transactions %d and %d", ErrDuplicateBucket, t.Key, j, i)
-			}
+		if err := duplicate(txns[:i], t, i); err != nil {
+			return err // its message names both transactions
 		}
 	}
 	return nil
 }
 
+// validTransaction checks what every transaction needs: a key, a known
+// kind, a valid limit or window.
+func validTransaction(t *Transaction) error {
+	switch {
+	case t.Key == "":
+		return &Error{Kind: Invalid, Field: "key", Msg: "empty bucket key", Err: ErrEmptyKey}
+	case t.Kind < CheckAndSpend || t.Kind > ResetBucket:
+		return &Error{Kind: Invalid, Field: "kind", Msg: fmt.Sprintf("invalid kind %d", t.Kind), Err: ErrInvalidKind}
+	case t.Disabled:
+		return nil
+	case t.Window.Length != 0:
+		if t.Window.Length < time.Second || t.Window.Length%time.Second != 0 || t.Window.Limit < 0 {
+			return &Error{Kind: Invalid, Field: "window",
+				Msg: fmt.Sprintf("invalid window of %d per %s for bucket %s: the length must be a whole number of seconds and the limit >= 0", t.Window.Limit, t.Window.Length, t.Key),
+				Err: ErrInvalidWindow}
+		}
+	case t.Kind != ResetBucket:
+		if err := t.Limit.Valid(); err != nil {
+			return InvalidErr("limit", fmt.Sprintf("%s: ", describe(t)), err)
+		}
+	}
+	return nil
+}
+
+// validCost checks a key-value cost: >= 0, and at most the burst.
+func validCost(t *Transaction) error {
+	what := t.Name
+	if what == "" {
+		what = "bucket " + t.Key
+	}
+	switch {
+	case t.Kind == ResetBucket:
+		return nil
+	case t.Cost < 0:
+		return &Error{Kind: Invalid, Field: "cost", Msg: fmt.Sprintf("invalid cost %d for %s, must be >= 0", t.Cost, what), Err: gcra.ErrInvalidCost}
+	case !t.Disabled && t.Window.Length == 0 && t.Cost > t.Limit.Burst:
+		return &Error{Kind: Invalid, Field: "cost", Msg: fmt.Sprintf("invalid cost %d for %s, must be at most the burst %d", t.Cost, describe(t), t.Limit.Burst), Err: gcra.ErrInvalidCost}
+	}
+	return nil
+}
+
+// duplicate reports t, the i-th transaction, when one of before names its
+// bucket too.
+func duplicate(before []Transaction, t *Transaction, i int) error {
+	for j := range before {
+		if before[j].Key != t.Key {
+			continue
+		}
+		msg := fmt.Sprintf("duplicate bucket: transactions %d and %d are both for bucket %s; a batch may name each bucket once", j, i, t.Key)
+		if t.Name != "" {
+			msg = fmt.Sprintf("duplicate bucket: transactions %d and %d (%s %q and %q) are both for bucket %s; a batch may name each bucket once",
+				j, i, t.Name, before[j].ID, t.ID, t.Key)
+		}
+		return &Error{Kind: Invalid, Field: fmt.Sprintf("transactions[%d].id", i), Msg: msg, Err: ErrDuplicateBucket}
+	}
+	return nil
+}
+
+// describe names t's bucket for a message: `NewOrdersPerAccount "1234"`,
+// or "bucket <key>" without a name.
+func describe(t *Transaction) string {
+	switch {
+	case t.Name == "":
+		return "bucket " + t.Key
+	case t.ID == "":
+		return t.Name
+	}
+	return fmt.Sprintf("%s %q", t.Name, t.ID)
+}
+
 // Batch applies txns all-or-nothing and returns the batch's decision and one
 // decision per transaction (a disabled transaction's is allowed with
-// math.MaxInt64 remaining).
+// math.MaxInt64 remaining). Refund and reset transactions may not be part
+// of a batch.
 func (l *Limiter) Batch(ctx context.Context, txns []Transaction) (Decision, []Decision, error) {
 	if err := Validate(txns); err != nil {
 		return Decision{}, nil, err
 	}
-	each, err := l.apply(ctx, txns, action, true)
-	if err != nil {
-		return Decision{}, nil, fmt.Errorf("apply batch: %w", err)
+	for i := range txns {
+		if k := txns[i].Kind; k == RefundBucket || k == ResetBucket {
+			return Decision{}, nil, At(&Error{Kind: Invalid, Field: "kind",
+				Msg: fmt.Sprintf("kind %s cannot be part of a batch, must be check_and_spend, check_only or spend_only", k), Err: ErrInvalidKind},
+				"transactions", "transaction", i)
+		}
+	}
+	each := make([]Decision, len(txns))
+	if err := l.apply(ctx, txns, each, true); err != nil {
+		return Decision{}, nil, err
 	}
 	batch := allowedDecision
 	for i := range txns {
@@ -215,48 +333,89 @@ func (l *Limiter) Batch(ctx context.Context, txns []Transaction) (Decision, []De
 	return batch, each, nil
 }
 
-// apply runs one store operation per enabled transaction, in one batch, and
-// returns each transaction's decision; a disabled transaction is allowed
-// with no limit and never reaches the store.
-func (l *Limiter) apply(ctx context.Context, txns []Transaction, act func(Kind) store.Action, allOrNothing bool) ([]Decision, error) {
-	ops := make([]store.Op, 0, len(txns))
+// scratch holds the store operations and results of one call; they are
+// reused from call to call, as nothing refers to them once the decisions
+// are made.
+type scratch struct {
+	ops     []store.Op
+	results []store.Result
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxScratch bounds the arrays kept for reuse: an unusually large call
+// leaves its arrays to the garbage collector.
+const maxScratch = 64
+
+// sized returns a with length n, reusing its array when large enough.
+func sized[T any](a []T, n int) []T {
+	if cap(a) < n {
+		return make([]T, n)
+	}
+	return a[:n]
+}
+
+func (sc *scratch) release() {
+	if max(cap(sc.ops), cap(sc.results)) > maxScratch {
+		return
+	}
+	clear(sc.ops[:cap(sc.ops)])
+	clear(sc.results[:cap(sc.results)])
+	sc.ops, sc.results = sc.ops[:0], sc.results[:0]
+	scratchPool.Put(sc)
+}
+
+// op is the store operation of an enabled transaction.
+func op(t *Transaction) store.Op {
+	o := store.Op{Key: t.Key, Action: t.Kind, Cost: t.Cost}
+	if t.Window.Length != 0 {
+		o.Algorithm, o.Window = store.FixedWindow, t.Window
+	} else {
+		o.Algorithm, o.Limit = store.GCRA, t.Limit
+	}
+	return o
+}
+
+// decision is a transaction's decision from its store result.
+func decision(r *store.Result, i int) Decision {
+	return Decision{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: r.RetryIn, ResetIn: r.ResetIn, Count: r.Count, Index: i}
+}
+
+// apply runs one store operation per enabled transaction, in one batch at
+// the clock's now, and writes each transaction's decision to each; a
+// disabled transaction is allowed with no limit and never reaches the
+// store.
+func (l *Limiter) apply(ctx context.Context, txns []Transaction, each []Decision, allOrNothing bool) error {
+	what := "apply batch: "
+	if !allOrNothing {
+		what = "apply refund: "
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	ops := sc.ops[:0]
 	for i := range txns {
-		t := &txns[i]
-		if !t.Disabled {
-			ops = append(ops, store.Op{Key: t.Key, Algorithm: store.GCRA, Action: act(t.Kind), Limit: t.Limit, Cost: t.Cost})
+		if !txns[i].Disabled {
+			ops = append(ops, op(&txns[i]))
 		}
 	}
-	results := make([]store.Result, len(ops))
+	sc.ops = ops
+	sc.results = sized(sc.results, len(ops))
 	if len(ops) > 0 {
-		if err := l.store.Do(ctx, l.clock.Now(), store.Batch{Ops: ops, AllOrNothing: allOrNothing}, results); err != nil {
-			return nil, err
+		if err := l.store.Do(ctx, l.clock.Now(), store.Batch{Ops: ops, AllOrNothing: allOrNothing}, sc.results); err != nil {
+			return storeError(what, err)
 		}
 	}
-	each := make([]Decision, len(txns))
 	k := 0
 	for i := range txns {
 		if txns[i].Disabled {
 			each[i] = allowedDecision
-		} else {
-			r := results[k]
-			k++
-			each[i] = Decision{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: r.RetryIn, ResetIn: r.ResetIn}
+			each[i].Index = i
+			continue
 		}
-		each[i].Index = i
+		each[i] = decision(&sc.results[k], i)
+		k++
 	}
-	return each, nil
-}
-
-func action(k Kind) store.Action {
-	switch k {
-	case CheckOnly:
-		return store.Check
-	case SpendOnly:
-		return store.SpendOnly
-	case ResetBucket:
-		return store.Reset
-	}
-	return store.Spend
+	return nil
 }
 
 // Stricter returns the stricter of two decisions: a denied one beats an
@@ -286,14 +445,14 @@ func Stricter(a, b Decision) Decision {
 // and RetryIn and ResetIn the longest over the buckets.
 func (l *Limiter) Refund(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
 	for i := range txns {
-		txns[i].Kind = CheckAndSpend // validated like a spend
+		txns[i].Kind = RefundBucket
 	}
-	if err := Validate(txns); err != nil {
+	if err := validate(txns, len(txns) > 1); err != nil {
 		return Decision{}, nil, err
 	}
-	each, err := l.apply(ctx, txns, func(Kind) store.Action { return store.Refund }, false)
-	if err != nil {
-		return Decision{}, nil, fmt.Errorf("apply refund: %w", err)
+	each := make([]Decision, len(txns))
+	if err := l.apply(ctx, txns, each, false); err != nil {
+		return Decision{}, nil, err
 	}
 	batch := Decision{Allowed: true, Remaining: math.MaxInt64, Index: -1}
 	enabled := false

@@ -13,8 +13,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -44,7 +42,7 @@ func JSONHandler(rls *RLS) http.Handler {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		resp, err := rls.ShouldRateLimit(r.Context(), &req)
+		resp, err := rls.serve(r.Context(), &req)
 		if err != nil {
 			code := httpStatus(err)
 			if code == http.StatusInternalServerError || code == 499 {
@@ -80,19 +78,6 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, errors.New("empty request body")
 	}
 	return body, nil
-}
-
-// httpStatus maps a gRPC status error to an HTTP status.
-func httpStatus(err error) int {
-	switch status.Code(err) {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return http.StatusServiceUnavailable
-	case codes.Canceled:
-		return 499 // the client went away
-	}
-	return http.StatusInternalServerError
 }
 
 // writeError answers {"error": "..."} with the given status.

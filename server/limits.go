@@ -3,28 +3,26 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
-	"github.com/sluice-rl/sluice/store"
 )
 
 // KVOptions configure a KV. The zero value of each optional field gives the
 // default stated beside it.
 type KVOptions struct {
-	// Limiter supplies the store and the clock. Required.
+	// Limiter decides. Required.
 	Limiter *limiter.Limiter
+	// Clock times calls for metrics; default clock.New().
+	Clock clock.Clock
 	// Limits returns the limits in force; it is called once per request, so
 	// a reload that swaps the set takes effect on the next request. Nil, or
 	// a nil *limits.Set, means no defaults and no overrides: every known
@@ -43,6 +41,7 @@ type KV struct {
 	sluicev1.UnimplementedLimitsServer
 
 	limiter *limiter.Limiter
+	clock   clock.Clock
 	limits  func() *limits.Set
 	log     *slog.Logger
 	metrics *kvMetrics
@@ -55,207 +54,216 @@ func NewKV(o KVOptions) *KV {
 	if o.Limiter == nil {
 		panic("server.NewKV: nil Limiter") // a wiring bug, not bad input
 	}
+	if o.Clock == nil {
+		o.Clock = clock.New()
+	}
 	if o.Limits == nil {
 		o.Limits = func() *limits.Set { return nil }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &KV{limiter: o.Limiter, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer)}
+	return &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer)}
 }
 
-// ErrInvalidTransaction reports a key-value request the API refuses before
-// it reaches the limiter: a missing name or id, a cost out of range, an
-// invalid kind, an empty or oversize batch, or two transactions of a batch
-// on one bucket.
-var ErrInvalidTransaction = errors.New("invalid transaction")
+// The key-value calls, as metric label values.
+const (
+	methodCheck  = "check"
+	methodSpend  = "spend"
+	methodRefund = "refund"
+	methodReset  = "reset"
+	methodBatch  = "batch"
+)
 
-// invalidError is an ErrInvalidTransaction with its own message.
-type invalidError struct{ msg string }
-
-func invalidf(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
+// kvTxn is one transaction of a key-value call as every edge decodes it.
+type kvTxn struct {
+	name, id string
+	cost     *int64 // nil means 1
+	kind     limiter.Kind
+	// bad is the edge's problem decoding this transaction, if any: the
+	// call is refused with it.
+	bad error
 }
 
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == ErrInvalidTransaction }
+// kvAnswer is the limiter's answer to a key-value call, before an edge
+// translates it.
+type kvAnswer struct {
+	decision limiter.Decision // the call's (a batch's strictest)
+	bucket   limits.Bucket    // the bucket decision came from; zero when no limit applied
+	each     []limiter.Decision
+	buckets  []limits.Bucket
+}
+
+// decide answers a key-value call of method on txns (one for every method
+// but batch) through the limiter, and records its metrics.
+func (kv *KV) decide(ctx context.Context, method string, txns []kvTxn) (kvAnswer, error) {
+	start := kv.clock.Now()
+	set := kv.limits()
+	a, err := kv.apply(ctx, set, method, txns)
+	kv.metrics.observe(method, start, kv.clock.Now())
+	for i, t := range txns {
+		result := resultError
+		var b limits.Bucket
+		if i < len(a.buckets) {
+			b = a.buckets[i]
+		}
+		if err == nil {
+			result = resultOf(a.each[i])
+		}
+		kv.metrics.count(set, t.name, b, result)
+	}
+	if err != nil && limiter.KindOf(err) == limiter.Internal {
+		kv.log.Error("key-value request failed", "method", method, "err", err)
+	}
+	return a, err
+}
+
+// apply resolves txns under set and applies them. On error, the buckets
+// resolved so far are in the answer.
+func (kv *KV) apply(ctx context.Context, set *limits.Set, method string, txns []kvTxn) (kvAnswer, error) {
+	var a kvAnswer
+	if method == methodBatch {
+		if err := limiter.ValidBatchSize(len(txns)); err != nil {
+			return a, err
+		}
+	}
+	a.buckets = make([]limits.Bucket, 0, len(txns))
+	in := make([]limiter.Transaction, len(txns))
+	for i, t := range txns {
+		b, txn, err := resolve(set, t)
+		if t.bad != nil {
+			err = t.bad
+		}
+		if err != nil {
+			if method == methodBatch {
+				err = limiter.At(err, "transactions", "transaction", i)
+			}
+			return a, err
+		}
+		a.buckets = append(a.buckets, b)
+		in[i] = txn
+	}
+	var err error
+	switch method {
+	case methodBatch:
+		a.decision, a.each, err = kv.limiter.Batch(ctx, in)
+	case methodRefund:
+		_, a.each, err = kv.limiter.Refund(ctx, in...)
+	default:
+		var d limiter.Decision
+		switch method {
+		case methodCheck:
+			d, err = kv.limiter.Check(ctx, in[0])
+		case methodSpend:
+			d, err = kv.limiter.Spend(ctx, in[0])
+		case methodReset:
+			d, err = kv.limiter.Reset(ctx, in[0])
+		}
+		a.each = []limiter.Decision{d}
+	}
+	if err != nil {
+		return a, err
+	}
+	if method != methodBatch {
+		// A single call answers its transaction's own decision (for a
+		// reset or a refund, the batch decision would say something else).
+		a.decision = a.each[0]
+	}
+	if a.decision.Index >= 0 {
+		a.bucket = a.buckets[a.decision.Index]
+	}
+	return a, nil
+}
+
+// resolve finds the bucket of t's name and id in set and builds its
+// transaction; the limiter checks its cost.
+func resolve(set *limits.Set, t kvTxn) (limits.Bucket, limiter.Transaction, error) {
+	if t.name == "" {
+		return limits.Bucket{}, limiter.Transaction{}, invalidTransaction("name", "missing limit name")
+	}
+	b, err := set.Resolve(t.name, t.id)
+	if err != nil {
+		field := "id"
+		if errors.Is(err, limits.ErrUnknownName) {
+			field = "name"
+		}
+		return limits.Bucket{}, limiter.Transaction{}, limiter.InvalidErr(field, "", err)
+	}
+	cost := int64(1)
+	switch {
+	case t.kind == limiter.ResetBucket:
+		cost = 0
+	case t.cost != nil:
+		cost = *t.cost
+	}
+	txn := limiter.ForBucket(b, t.id, cost)
+	txn.Kind = t.kind
+	return b, txn, nil
+}
 
 // Check implements sluicev1.LimitsServer: it reports whether the request
 // would be allowed, spending nothing.
 func (kv *KV) Check(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decision, error) {
-	return kv.single(ctx, "check", req, kv.apply(limiter.CheckOnly))
+	return kv.single(ctx, methodCheck, limiter.CheckOnly, req)
 }
 
 // Spend implements sluicev1.LimitsServer: it checks the request and spends
 // its cost when allowed.
 func (kv *KV) Spend(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decision, error) {
-	return kv.single(ctx, "spend", req, kv.apply(limiter.CheckAndSpend))
-}
-
-// Reset implements sluicev1.LimitsServer: it makes the bucket full again.
-func (kv *KV) Reset(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decision, error) {
-	return kv.single(ctx, "reset", req, kv.apply(limiter.ResetBucket))
+	return kv.single(ctx, methodSpend, limiter.CheckAndSpend, req)
 }
 
 // Refund implements sluicev1.LimitsServer: it gives the cost back to the
 // bucket, never past full; a full bucket is not refunded (not allowed).
 func (kv *KV) Refund(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decision, error) {
-	return kv.single(ctx, "refund", req, func(ctx context.Context, t limiter.Transaction) (limiter.Decision, error) {
-		_, each, err := kv.limiter.Refund(ctx, t)
-		if err != nil {
-			return limiter.Decision{}, err
-		}
-		return each[0], nil
-	})
+	return kv.single(ctx, methodRefund, limiter.RefundBucket, req)
 }
 
-// apply returns a function applying one transaction of kind k and
-// answering its own decision (for a reset, the batch decision would be the
-// empty batch's).
-func (kv *KV) apply(k limiter.Kind) func(context.Context, limiter.Transaction) (limiter.Decision, error) {
-	return func(ctx context.Context, t limiter.Transaction) (limiter.Decision, error) {
-		t.Kind = k
-		_, each, err := kv.limiter.Batch(ctx, []limiter.Transaction{t})
-		if err != nil {
-			return limiter.Decision{}, err
-		}
-		return each[0], nil
-	}
+// Reset implements sluicev1.LimitsServer: it makes the bucket full again.
+func (kv *KV) Reset(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decision, error) {
+	return kv.single(ctx, methodReset, limiter.ResetBucket, req)
 }
 
-// single answers one transaction with do.
-func (kv *KV) single(ctx context.Context, method string, req *sluicev1.Request,
-	do func(context.Context, limiter.Transaction) (limiter.Decision, error)) (*sluicev1.Decision, error) {
-	start := kv.limiter.Clock().Now()
-	set := kv.limits()
-	b, txn, err := resolve(set, req.GetName(), req.GetId(), req.Cost, method != "reset")
+// single answers one transaction over gRPC.
+func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req *sluicev1.Request) (*sluicev1.Decision, error) {
+	a, err := kv.decide(ctx, method, []kvTxn{{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind}})
 	if err != nil {
-		kv.metrics.observe(method, start, kv.limiter.Clock().Now())
-		kv.metrics.count(set, req.GetName(), b, resultError)
-		return nil, kv.statusError(method, err)
+		return nil, grpcError(err)
 	}
-	d, err := do(ctx, txn)
-	kv.metrics.observe(method, start, kv.limiter.Clock().Now())
-	if err != nil {
-		kv.metrics.count(set, req.GetName(), b, resultError)
-		return nil, kv.statusError(method, err)
-	}
-	kv.metrics.count(set, req.GetName(), b, resultOf(d))
-	return decisionProto(d, b), nil
+	return decisionProto(a.decision, a.bucket), nil
 }
 
 // Batch implements sluicev1.LimitsServer: it applies the transactions all or
 // nothing and answers the strictest decision plus one per transaction.
 func (kv *KV) Batch(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
-	start := kv.limiter.Clock().Now()
-	set := kv.limits()
 	in := req.GetTransactions()
-	buckets := make([]limits.Bucket, len(in))
-	fail := func(err error) (*sluicev1.BatchResponse, error) {
-		kv.metrics.observe("batch", start, kv.limiter.Clock().Now())
-		for i, t := range in {
-			kv.metrics.count(set, t.GetName(), buckets[i], resultError)
-		}
-		return nil, kv.statusError("batch", err)
-	}
-	switch {
-	case len(in) == 0:
-		return fail(invalidf("empty batch, want 1 to %d transactions", limiter.MaxBatch))
-	case len(in) > limiter.MaxBatch:
-		return fail(invalidf("batch has %d transactions, at most %d allowed", len(in), limiter.MaxBatch))
-	}
-	txns := make([]limiter.Transaction, len(in))
-	seen := make(map[string]int, len(in))
+	txns := make([]kvTxn, len(in))
 	for i, t := range in {
-		b, txn, err := resolve(set, t.GetName(), t.GetId(), t.Cost, true)
-		if err != nil {
-			return fail(fmt.Errorf("transaction %d: %w", i, err))
-		}
+		txns[i] = kvTxn{name: t.GetName(), id: t.GetId(), cost: t.Cost}
 		switch t.GetKind() {
 		case sluicev1.Transaction_CHECK_AND_SPEND:
-			txn.Kind = limiter.CheckAndSpend
+			txns[i].kind = limiter.CheckAndSpend
 		case sluicev1.Transaction_CHECK_ONLY:
-			txn.Kind = limiter.CheckOnly
+			txns[i].kind = limiter.CheckOnly
 		case sluicev1.Transaction_SPEND_ONLY:
-			txn.Kind = limiter.SpendOnly
+			txns[i].kind = limiter.SpendOnly
 		default:
-			return fail(invalidf("transaction %d: invalid kind %d, must be CHECK_AND_SPEND, CHECK_ONLY or SPEND_ONLY", i, t.GetKind()))
+			txns[i].bad = invalidTransaction("kind", "invalid kind %d, must be CHECK_AND_SPEND, CHECK_ONLY or SPEND_ONLY", t.GetKind())
 		}
-		if j, dup := seen[b.Key]; dup {
-			return fail(invalidf("duplicate bucket: transactions %d and %d (%s %q and %q) are both for bucket %s; a batch may name each bucket once",
-				j, i, t.GetName(), in[j].GetId(), t.GetId(), b.Key))
-		}
-		seen[b.Key] = i
-		buckets[i], txns[i] = b, txn
 	}
-	d, each, err := kv.limiter.Batch(ctx, txns)
+	a, err := kv.decide(ctx, methodBatch, txns)
 	if err != nil {
-		return fail(err)
+		return nil, grpcError(err)
 	}
-	kv.metrics.observe("batch", start, kv.limiter.Clock().Now())
-	resp := &sluicev1.BatchResponse{Results: make([]*sluicev1.Decision, len(each))}
-	for i := range each {
-		resp.Results[i] = decisionProto(each[i], buckets[i])
-		kv.metrics.count(set, in[i].GetName(), buckets[i], resultOf(each[i]))
-	}
-	if d.Index >= 0 {
-		resp.Decision = decisionProto(d, buckets[d.Index])
-	} else {
-		resp.Decision = decisionProto(d, limits.Bucket{})
+	resp := &sluicev1.BatchResponse{Decision: decisionProto(a.decision, a.bucket), Results: make([]*sluicev1.Decision, len(a.each))}
+	for i := range a.each {
+		resp.Results[i] = decisionProto(a.each[i], a.buckets[i])
 	}
 	return resp, nil
 }
 
-// resolve finds the bucket of name and id in set and builds its
-// transaction. A nil cost means 1. With checkCost, the cost must be between
-// 0 and the limit's burst (any cost >= 0 when no limit applies).
-func resolve(set *limits.Set, name, id string, cost *int64, checkCost bool) (limits.Bucket, limiter.Transaction, error) {
-	if name == "" {
-		return limits.Bucket{}, limiter.Transaction{}, invalidf("missing limit name")
-	}
-	b, err := set.Resolve(name, id)
-	if err != nil {
-		return limits.Bucket{}, limiter.Transaction{}, err
-	}
-	c := int64(1)
-	if cost != nil {
-		c = *cost
-	}
-	if checkCost {
-		switch {
-		case c < 0:
-			return b, limiter.Transaction{}, invalidf("invalid cost %d for %s, must be >= 0", c, name)
-		case b.Enabled && c > b.Limit.Burst:
-			return b, limiter.Transaction{}, invalidf("invalid cost %d for %s %q, must be at most the burst %d", c, name, id, b.Limit.Burst)
-		}
-	} else {
-		c = 0
-	}
-	return b, limiter.Transaction{Key: b.Key, Limit: b.Limit, Disabled: !b.Enabled, Cost: c}, nil
-}
-
-// statusError maps an error to its gRPC status: the one place where the
-// key-value API's errors become codes (KVHTTPHandler turns the codes into
-// HTTP statuses with httpStatus).
-func (kv *KV) statusError(method string, err error) error {
-	var code codes.Code
-	switch {
-	case errors.Is(err, ErrInvalidTransaction), errors.Is(err, limits.ErrUnknownName),
-		errors.Is(err, limits.ErrInvalidID), errors.Is(err, limiter.ErrInvalid),
-		errors.Is(err, gcra.ErrInvalidCost), errors.Is(err, gcra.ErrInvalidLimit):
-		code = codes.InvalidArgument
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		code = codes.Unavailable
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	default:
-		code = codes.Internal
-		kv.log.Error("key-value request failed", "method", method, "err", err)
-	}
-	return status.Error(code, err.Error())
-}
-
-// decisionProto turns a limiter decision on bucket b into the API's.
+// decisionProto translates a limiter decision on bucket b into the gRPC
+// API's: the one place where a key-value decision becomes a protobuf.
 func decisionProto(d limiter.Decision, b limits.Bucket) *sluicev1.Decision {
 	l := &sluicev1.Limit{Period: durationpb.New(0)}
 	if b.Enabled {
@@ -358,10 +366,4 @@ func (m *kvMetrics) label(set *limits.Set, name string, b limits.Bucket) string 
 	}
 	m.labels[name] = true
 	return name
-}
-
-// Retry-After value for a denied decision: whole seconds, rounded up, at
-// least 1.
-func retryAfter(d time.Duration) int64 {
-	return max(int64((d+time.Second-1)/time.Second), 1)
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/limits"
 )
 
 // KVHTTPHandler serves the key-value limits API over HTTP/JSON (see
@@ -43,46 +40,47 @@ import (
 //
 // Mount it for the path prefix /v1/.
 func KVHTTPHandler(kv *KV) http.Handler {
-	single := func(call func(context.Context, *sluicev1.Request) (*sluicev1.Decision, error), retry bool) http.Handler {
-		return kvHandler(func(r *http.Request, body []byte) (any, bool, error) {
+	single := func(method string, kind limiter.Kind) http.Handler {
+		return kvHandler(method != methodRefund && method != methodReset, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
 			var req kvRequest
 			if err := decodeStrict(body, &req); err != nil {
-				return nil, false, err
+				return nil, limiter.Decision{}, err
 			}
-			d, err := call(r.Context(), &sluicev1.Request{Name: req.Name, Id: req.ID, Cost: req.Cost})
+			a, err := kv.decide(r.Context(), method, []kvTxn{{name: req.Name, id: req.ID, cost: req.Cost, kind: kind}})
 			if err != nil {
-				return nil, false, err
+				return nil, limiter.Decision{}, err
 			}
-			return decisionJSON(d), retry && !d.GetAllowed(), nil
+			return decisionJSON(a.decision, a.bucket), a.decision, nil
 		})
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", single(kv.Check, true))
-	mux.Handle("/v1/spend", single(kv.Spend, true))
-	mux.Handle("/v1/refund", single(kv.Refund, false))
-	mux.Handle("/v1/reset", single(kv.Reset, false))
-	mux.Handle("/v1/batch", kvHandler(func(r *http.Request, body []byte) (any, bool, error) {
+	mux.Handle("/v1/check", single(methodCheck, limiter.CheckOnly))
+	mux.Handle("/v1/spend", single(methodSpend, limiter.CheckAndSpend))
+	mux.Handle("/v1/refund", single(methodRefund, limiter.RefundBucket))
+	mux.Handle("/v1/reset", single(methodReset, limiter.ResetBucket))
+	mux.Handle("/v1/batch", kvHandler(true, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
 		var req kvBatchRequest
 		if err := decodeStrict(body, &req); err != nil {
-			return nil, false, err
+			return nil, limiter.Decision{}, err
 		}
-		in := &sluicev1.BatchRequest{Transactions: make([]*sluicev1.Transaction, len(req.Transactions))}
+		txns := make([]kvTxn, len(req.Transactions))
 		for i, t := range req.Transactions {
-			kind, ok := kvKinds[t.Kind]
-			if !ok {
-				return nil, false, badRequest(fmt.Sprintf("transaction %d: invalid kind %q, must be check_and_spend, check_only or spend_only", i, t.Kind))
+			txns[i] = kvTxn{name: t.Name, id: t.ID, cost: t.Cost}
+			k, err := limiter.ParseKind(t.Kind)
+			if err != nil || (k != limiter.CheckAndSpend && k != limiter.CheckOnly && k != limiter.SpendOnly) {
+				txns[i].bad = invalidTransaction("kind", "invalid kind %q, must be check_and_spend, check_only or spend_only", t.Kind)
 			}
-			in.Transactions[i] = &sluicev1.Transaction{Name: t.Name, Id: t.ID, Cost: t.Cost, Kind: kind}
+			txns[i].kind = k
 		}
-		resp, err := kv.Batch(r.Context(), in)
+		a, err := kv.decide(r.Context(), methodBatch, txns)
 		if err != nil {
-			return nil, false, err
+			return nil, limiter.Decision{}, err
 		}
-		out := kvBatchResponse{kvDecision: decisionJSON(resp.GetDecision()), Results: make([]kvDecision, len(resp.GetResults()))}
-		for i, d := range resp.GetResults() {
-			out.Results[i] = decisionJSON(d)
+		out := kvBatchResponse{kvDecision: decisionJSON(a.decision, a.bucket), Results: make([]kvDecision, len(a.each))}
+		for i := range a.each {
+			out.Results[i] = decisionJSON(a.each[i], a.buckets[i])
 		}
-		return out, !resp.GetDecision().GetAllowed(), nil
+		return out, a.decision, nil
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint %s; use /v1/check, /v1/spend, /v1/refund, /v1/reset or /v1/batch", r.URL.Path)
@@ -90,20 +88,10 @@ func KVHTTPHandler(kv *KV) http.Handler {
 	return mux
 }
 
-// retryIn reads the retry_in of an answer.
-func retryIn(v any) time.Duration {
-	switch d := v.(type) {
-	case kvDecision:
-		return d.retryIn
-	case kvBatchResponse:
-		return d.retryIn
-	}
-	return 0
-}
-
 // kvHandler runs serve for POST requests and writes its answer: 200 with
-// the JSON, plus Retry-After when denied; or the error's status.
-func kvHandler(serve func(r *http.Request, body []byte) (answer any, denied bool, err error)) http.Handler {
+// the JSON, plus Retry-After when the decision is denied and retry is set;
+// or the error's status.
+func kvHandler(retry bool, serve func(r *http.Request, body []byte) (answer any, d limiter.Decision, err error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -115,14 +103,9 @@ func kvHandler(serve func(r *http.Request, body []byte) (answer any, denied bool
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		answer, denied, err := serve(r, body)
+		answer, d, err := serve(r, body)
 		if err != nil {
-			var bad badRequest
-			if errors.As(err, &bad) {
-				writeError(w, http.StatusBadRequest, "%s", bad)
-				return
-			}
-			writeError(w, httpStatus(err), "%s", status.Convert(err).Message())
+			writeError(w, httpStatus(err), "%s", err.Error())
 			return
 		}
 		out, err := json.Marshal(answer)
@@ -131,17 +114,12 @@ func kvHandler(serve func(r *http.Request, body []byte) (answer any, denied bool
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if denied {
-			w.Header().Set("Retry-After", strconv.FormatInt(retryAfter(retryIn(answer)), 10))
+		if retry && !d.Allowed {
+			w.Header().Set("Retry-After", strconv.FormatInt(limiter.RetryAfter(d.RetryIn), 10))
 		}
 		_, _ = w.Write(append(out, '\n'))
 	})
 }
-
-// badRequest is a problem with the HTTP request itself, answered 400.
-type badRequest string
-
-func (e badRequest) Error() string { return string(e) }
 
 // kvRequest is the body of /v1/check, /v1/spend, /v1/refund and /v1/reset.
 type kvRequest struct {
@@ -165,13 +143,6 @@ type kvTransaction struct {
 // kvFields are the field names a request body may use, exactly.
 var kvFields = map[string]bool{"name": true, "id": true, "cost": true, "kind": true, "transactions": true}
 
-var kvKinds = map[string]sluicev1.Transaction_Kind{
-	"":                sluicev1.Transaction_CHECK_AND_SPEND,
-	"check_and_spend": sluicev1.Transaction_CHECK_AND_SPEND,
-	"check_only":      sluicev1.Transaction_CHECK_ONLY,
-	"spend_only":      sluicev1.Transaction_SPEND_ONLY,
-}
-
 // kvDecision is a decision as JSON.
 type kvDecision struct {
 	Allowed   bool    `json:"allowed"`
@@ -180,8 +151,6 @@ type kvDecision struct {
 	ResetIn   string  `json:"reset_in"`
 	Limit     kvLimit `json:"limit"`
 	Bucket    string  `json:"bucket"`
-
-	retryIn time.Duration
 }
 
 type kvLimit struct {
@@ -199,40 +168,40 @@ type kvBatchResponse struct {
 	Results []kvDecision `json:"results"`
 }
 
-func decisionJSON(d *sluicev1.Decision) kvDecision {
-	l := d.GetLimit()
+// decisionJSON translates a limiter decision on bucket b into the HTTP
+// API's JSON: the one place where a key-value decision becomes JSON.
+func decisionJSON(d limiter.Decision, b limits.Bucket) kvDecision {
+	l := kvLimit{Period: time.Duration(0).String(), Source: "none"}
+	if b.Enabled {
+		l = kvLimit{Burst: b.Limit.Burst, Count: b.Limit.Count, Period: b.Limit.Period.String(), Source: "default"}
+		if b.Override {
+			l.Source = "override"
+		}
+	}
 	return kvDecision{
-		Allowed:   d.GetAllowed(),
-		Remaining: d.GetRemaining(),
-		RetryIn:   durationString(d.GetRetryIn()),
-		ResetIn:   durationString(d.GetResetIn()),
-		Limit: kvLimit{
-			Burst:  l.GetBurst(),
-			Count:  l.GetCount(),
-			Period: durationString(l.GetPeriod()),
-			Source: strings.ToLower(l.GetSource().String()),
-		},
-		Bucket:  d.GetBucket(),
-		retryIn: d.GetRetryIn().AsDuration(),
+		Allowed:   d.Allowed,
+		Remaining: d.Remaining,
+		RetryIn:   d.RetryIn.String(),
+		ResetIn:   d.ResetIn.String(),
+		Limit:     l,
+		Bucket:    b.Key,
 	}
 }
 
-func durationString(d *durationpb.Duration) string { return d.AsDuration().String() }
-
 // decodeStrict decodes body, one JSON object, into v: no unknown, repeated
 // or differently-cased field names, nothing after the object. Its errors
-// are badRequests.
+// are Invalid.
 func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest(jsonProblem(err))
+		return invalidTransaction("", "%s", jsonProblem(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("invalid JSON: data after the request object")
+		return invalidTransaction("", "invalid JSON: data after the request object")
 	}
 	if err := checkFields(json.NewDecoder(bytes.NewReader(body))); err != nil {
-		return badRequest("invalid JSON: " + err.Error())
+		return invalidTransaction("", "invalid JSON: %v", err)
 	}
 	return nil
 }

@@ -16,27 +16,6 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
-func TestRetryAfterIsWholeSecondsRoundedUpAtLeastOne(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		retryIn time.Duration
-		want    int64
-	}{
-		{retryIn: 0, want: 1},
-		{retryIn: time.Nanosecond, want: 1},
-		{retryIn: 50 * time.Millisecond, want: 1},
-		{retryIn: time.Second, want: 1},
-		{retryIn: time.Second + time.Nanosecond, want: 2},
-		{retryIn: 36 * time.Second, want: 36},
-		{retryIn: 3 * time.Hour, want: 10800},
-	}
-	for _, tt := range tests {
-		if got := retryAfter(tt.retryIn); got != tt.want {
-			t.Errorf("retryAfter(%s): got %d, want %d", tt.retryIn, got, tt.want)
-		}
-	}
-}
-
 func TestKVMetricsCountDecisionsByBoundedLimitNameAndResult(t *testing.T) {
 	t.Parallel()
 	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(

@@ -50,21 +50,22 @@ const (
 	Reset
 )
 
-// String names the action.
+// String names the action as Sluice's HTTP API spells a transaction's
+// kind: check_and_spend, check_only, spend_only, refund, reset.
 func (a Action) String() string {
 	switch a {
 	case Spend:
-		return "spend"
+		return "check_and_spend"
 	case Check:
-		return "check"
+		return "check_only"
 	case SpendOnly:
-		return "spend-only"
+		return "spend_only"
 	case Refund:
 		return "refund"
 	case Reset:
 		return "reset"
 	}
-	return "unknown"
+	return fmt.Sprintf("kind(%d)", uint8(a))
 }
 
 // Window is a fixed-window limit: Limit hits per window of Length. Length
