@@ -129,6 +129,7 @@ func New(o Options, deps Deps) (*App, error) {
 	a.limiter = limiter.New(st, clk)
 	a.rls = server.NewRLS(server.RLSOptions{
 		Limiter:          a.limiter,
+		Clock:            clk,
 		Metrics:          server.NewMetrics(a.registry),
 		NearLimitRatio:   o.NearLimitRatio,
 		GlobalShadowMode: o.GlobalShadowMode,
@@ -259,7 +260,7 @@ func (a *App) Start() error {
 	}
 	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
-	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Limits: a.Limits, Registerer: a.registry, Logger: a.log})
+	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
 	healthpb.RegisterHealthServer(a.grpcServer, a.health)
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
