@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/sluice-rl/sluice/app"
+	// Named loadgen here: this file's command function is bench, which
+	// run.go dispatches to.
+	loadgen "github.com/sluice-rl/sluice/internal/bench"
 )
 
 // bench measures a running rate limit server over gRPC.
 func bench(args []string, stdout, stderr io.Writer) int {
-	b, err := app.ParseBench(args, stderr)
+	o, err := loadgen.ParseOptions(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -20,9 +22,9 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 2
 	}
-	r, err := app.RunBench(context.Background(), b)
+	r, err := loadgen.Run(context.Background(), o)
 	if r.Calls > r.Errors { // a line of nothing but failures measures nothing
-		fmt.Fprintf(stdout, "addr=%s descriptors=%d concurrency=%d %s\n", b.Addr, b.Descriptors, b.Concurrency, r)
+		fmt.Fprintf(stdout, "addr=%s descriptors=%d concurrency=%d %s\n", o.Addr, o.Descriptors, o.Concurrency, r)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)

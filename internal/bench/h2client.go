@@ -1,4 +1,4 @@
-package app
+package bench
 
 // A minimal HTTP/2 client for unary gRPC calls with pre-encoded messages.
 // `sluice bench` shares the machine with the server it measures, so the

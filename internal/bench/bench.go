@@ -1,4 +1,10 @@
-package app
+// Package bench is the load generator behind `sluice bench`: it drives
+// any envoy.service.ratelimit.v3 server (Sluice or envoyproxy/ratelimit)
+// with ShouldRateLimit calls from concurrent callers and reports
+// throughput and latency percentiles. By default the calls go through a
+// minimal HTTP/2 client of its own (h2client.go) that costs the shared
+// machine far less CPU than grpc-go's client.
+package bench
 
 import (
 	"context"
@@ -19,9 +25,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// BenchOptions configure `sluice bench`, a closed-loop load generator for
-// any envoy.service.ratelimit.v3 server (Sluice or envoyproxy/ratelimit).
-type BenchOptions struct {
+// Options configure a run of `sluice bench`, a closed-loop load generator
+// for any envoy.service.ratelimit.v3 server (Sluice or
+// envoyproxy/ratelimit). The zero value is not a valid run: get the
+// defaults from ParseOptions.
+type Options struct {
 	Addr        string        // gRPC address of the server; default 127.0.0.1:8081
 	Domain      string        // default "bench" (examples/bench/bench.yaml)
 	Descriptors int           // descriptors per request, keys k0..k{n-1}; default 1
@@ -37,19 +45,20 @@ type BenchOptions struct {
 	Client string
 }
 
-// BenchResult is what a run measured.
-type BenchResult struct {
+// Result is what a run measured.
+type Result struct {
 	Calls, Errors, OverLimit int64
 	Elapsed                  time.Duration
 	P50, P90, P99, Max       time.Duration
 }
 
 // CallsPerSecond is the throughput in ShouldRateLimit calls.
-func (r BenchResult) CallsPerSecond() float64 { return float64(r.Calls) / r.Elapsed.Seconds() }
+func (r Result) CallsPerSecond() float64 { return float64(r.Calls) / r.Elapsed.Seconds() }
 
-// ParseBench reads the bench command's flags.
-func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
-	b := BenchOptions{Addr: "127.0.0.1:8081", Domain: "bench", Descriptors: 1, Concurrency: 16, Conns: 4, Duration: 10 * time.Second, Warmup: time.Second, Keys: 10000, Client: "h2"}
+// ParseOptions reads the bench command's flags; it writes usage and flag
+// errors to out.
+func ParseOptions(args []string, out io.Writer) (Options, error) {
+	b := Options{Addr: "127.0.0.1:8081", Domain: "bench", Descriptors: 1, Concurrency: 16, Conns: 4, Duration: 10 * time.Second, Warmup: time.Second, Keys: 10000, Client: "h2"}
 	fs := flag.NewFlagSet("sluice bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&b.Addr, "addr", b.Addr, "gRPC address of the rate limit server")
@@ -88,10 +97,10 @@ func ParseBench(args []string, out io.Writer) (BenchOptions, error) {
 	return b, errors.Join(errs...)
 }
 
-// RunBench calls ShouldRateLimit from Concurrency callers for Warmup plus
+// Run calls ShouldRateLimit from Concurrency callers for Warmup plus
 // Duration and reports throughput and latency percentiles of the measured
-// part.
-func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
+// part. Runs may proceed concurrently; each opens its own connections.
+func Run(ctx context.Context, b Options) (Result, error) {
 	// Requests are built up front so that the client's own work is small.
 	reqs := make([]*rlsv3.RateLimitRequest, b.Keys)
 	for i := range reqs {
@@ -103,9 +112,9 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 		}
 		reqs[i] = r
 	}
-	callers, closeAll, err := benchCallers(ctx, b, reqs)
+	callers, closeAll, err := dialCallers(ctx, b, reqs)
 	if err != nil {
-		return BenchResult{}, err
+		return Result{}, err
 	}
 	defer closeAll()
 	start := time.Now()
@@ -150,7 +159,7 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 		}()
 	}
 	wg.Wait()
-	var r BenchResult
+	var r Result
 	var all []time.Duration
 	var firstErr error
 	for _, w := range ws {
@@ -176,28 +185,28 @@ func RunBench(ctx context.Context, b BenchOptions) (BenchResult, error) {
 }
 
 // String formats the result as one line.
-func (r BenchResult) String() string {
+func (r Result) String() string {
 	return fmt.Sprintf("calls=%d calls/s=%.0f p50=%s p90=%s p99=%s max=%s over_limit=%d errors=%d",
 		r.Calls, r.CallsPerSecond(), r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.OverLimit, r.Errors)
 }
 
-// benchCall makes the call with request i and tells whether the answer
+// caller makes the call with request i and tells whether the answer
 // was OVER_LIMIT.
-type benchCall func(ctx context.Context, i int) (over bool, err error)
+type caller func(ctx context.Context, i int) (over bool, err error)
 
 // shouldRateLimitMethod is the RLS method's HTTP/2 path.
 const shouldRateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-// benchCallers opens b.Conns connections with b.Client's client and
+// dialCallers opens b.Conns connections with b.Client's client and
 // returns a caller per connection and a function closing them all.
-func benchCallers(ctx context.Context, b BenchOptions, reqs []*rlsv3.RateLimitRequest) ([]benchCall, func(), error) {
+func dialCallers(ctx context.Context, b Options, reqs []*rlsv3.RateLimitRequest) ([]caller, func(), error) {
 	var closers []func() error
 	closeAll := func() {
 		for _, c := range closers {
 			_ = c()
 		}
 	}
-	callers := make([]benchCall, 0, b.Conns)
+	callers := make([]caller, 0, b.Conns)
 	if b.Client == "grpc" {
 		for range b.Conns {
 			cc, err := grpc.NewClient(b.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
