@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"io"
 
-	// Named loadgen here: this file's command function is bench, which
-	// run.go dispatches to.
-	loadgen "github.com/sluice-rl/sluice/internal/bench"
+	"github.com/sluice-rl/sluice/internal/bench"
 )
 
-// bench measures a running rate limit server over gRPC.
-func bench(args []string, stdout, stderr io.Writer) int {
-	o, err := loadgen.ParseOptions(args, stderr)
+// benchCmd measures a running rate limit server over gRPC.
+func benchCmd(args []string, stdout, stderr io.Writer) int {
+	o, err := bench.ParseOptions(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -22,7 +20,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 2
 	}
-	r, err := loadgen.Run(context.Background(), o)
+	r, err := bench.Run(context.Background(), o)
 	if r.Calls > r.Errors { // a line of nothing but failures measures nothing
 		fmt.Fprintf(stdout, "addr=%s descriptors=%d concurrency=%d %s\n", o.Addr, o.Descriptors, o.Concurrency, r)
 	}

@@ -33,7 +33,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "proxy":
 		return proxy(args[1:], stdout, stderr)
 	case "bench":
-		return bench(args[1:], stdout, stderr)
+		return benchCmd(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
