@@ -24,7 +24,7 @@
 // window / 1m yourself.
 //
 // The window is 60 slots of Window/60 each (whole seconds, at least one,
-// with a Store); a slot leaves the window whole, so a request stops
+// with Shared); a slot leaves the window whole, so a request stops
 // counting between Window−slot and Window after it was admitted.
 //
 // # What is measured
@@ -81,11 +81,11 @@
 //
 // # Shared state
 //
-// With Options.Store the windows live in a store.Store (fixed-window
-// buckets per slot: count, samples, latency sum in ms, upstream errors) so
-// that several proxies share them; see sharedState for the protocol. Each
-// admitted request costs about three store batches. Without a Store the
-// state is in-process.
+// With Options.Shared the windows live in the store behind that
+// limiter.Limiter (fixed-window buckets per slot: count, samples, latency
+// sum in ms, upstream errors) so that several proxies share them; see
+// sharedState for the protocol. Each admitted request costs about three
+// store batches. Without it the state is in-process.
 //
 // # Metrics
 //

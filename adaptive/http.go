@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-rl/sluice/limiter"
 )
 
 // Middleware returns next behind the limiter: each request is admitted or
@@ -111,7 +113,7 @@ func (l *Limiter) deny(w http.ResponseWriter, a *admission) {
 	h.Set("Cache-Control", "no-store, no-cache, must-revalidate, max-age=0")
 	h.Set("Pragma", "no-cache")
 	h.Set("Expires", "0")
-	h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(a.retryAfter), 10))
+	h.Set("Retry-After", strconv.FormatInt(limiter.RetryAfter(a.retryAfter), 10))
 	if l.cfg.Headers {
 		l.setRateLimitHeaders(h, a, true)
 	}
@@ -138,7 +140,7 @@ func (l *Limiter) setRateLimitHeaders(h http.Header, a *admission, denied bool) 
 		rem = 0
 	}
 	w := int64(l.window.Seconds())
-	t := retryAfterSeconds(a.retryAfter)
+	t := limiter.RetryAfter(a.retryAfter)
 	h.Set("RateLimit-Policy", `"adaptive";q=`+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(max(w, 1), 10))
 	h.Set("RateLimit", `"adaptive";r=`+strconv.FormatInt(rem, 10)+";t="+strconv.FormatInt(t, 10))
 }

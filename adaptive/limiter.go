@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -16,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/clock"
-	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/limiter"
 )
 
 // OverflowKey is the key under which requests are counted when MaxKeys
@@ -39,10 +38,11 @@ type Options struct {
 	// Registerer receives the limiter's metrics. Default none; the global
 	// default registerer is never used.
 	Registerer prometheus.Registerer
-	// Store, when set, holds the counts and latency sums so that several
-	// proxies share them (see the package documentation). Default nil:
-	// in-process state.
-	Store store.Store
+	// Shared, when set, keeps the counts and latency sums in its store so
+	// that several proxies share them (see the package documentation). Its
+	// store must use the caller's time (not store/redis's ClockServer).
+	// Default nil: in-process state.
+	Shared *limiter.Limiter
 	// StorePrefix starts every store key. Default "adaptive:".
 	StorePrefix string
 	// StoreTimeout bounds each store call; on error or timeout the limiter
@@ -138,7 +138,7 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 	}
 	l.nslots = 60
 	l.slotNs = int64(cfg.Window) / 60
-	if opts.Store != nil {
+	if opts.Shared != nil {
 		// Store windows are whole seconds: slots of at least one second.
 		sec := max(int64(time.Second), (int64(cfg.Window)/60+int64(time.Second)-1)/int64(time.Second)*int64(time.Second))
 		l.slotNs = sec
@@ -151,7 +151,7 @@ func New(cfg Config, opts Options) (*Limiter, error) {
 		if timeout <= 0 {
 			timeout = 250 * time.Millisecond
 		}
-		l.shared = &sharedState{st: opts.Store, prefix: prefix, timeout: timeout}
+		l.shared = &sharedState{lim: opts.Shared, prefix: prefix, timeout: timeout}
 	}
 	l.window = time.Duration(l.slotNs * int64(l.nslots))
 	for i := range l.shards {
@@ -565,8 +565,3 @@ func (l *Limiter) StatsFor(key string) (s Stats, ok bool) {
 // Keys is the number of keys tracked, the overflow key not included.
 func (l *Limiter) Keys() int { return int(l.keys.Load()) }
 
-// retryAfterSeconds is Retry-After's value: whole seconds, rounded up, at
-// least 1.
-func retryAfterSeconds(d time.Duration) int64 {
-	return max(1, int64(math.Ceil(d.Seconds())))
-}

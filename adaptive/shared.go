@@ -6,17 +6,17 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/limiter"
 )
 
-// sharedState keeps the windows in a store.Store so that several proxies
-// share them. Slot j of a key's window is four fixed-window buckets whose
+// sharedState keeps the windows in the store behind a limiter.Limiter so
+// that several proxies share them. Slot j of a key's window is four fixed-window buckets whose
 // keys name the slot: "<prefix><key>|<j>|n" (admitted count), "|s"
 // (latency samples), "|l" (latency sum, ms) and "|e" (upstream errors).
 //
-// The store aligns a fixed window to the Unix epoch from the batch's now
+// The store aligns a fixed window to the Unix epoch from the call's now
 // and forgets the bucket when that window ends. So every operation on slot
-// j passes the same now, the start of the epoch-aligned window of length
+// j passes the same now (limiter.CountAt), the start of the epoch-aligned window of length
 // span (window + one slot) that ends after slot j has left the sliding
 // window: the bucket is found by every reader and lives at least as long
 // as it is needed, and at most about three windows. This needs a store that
@@ -33,7 +33,7 @@ import (
 // request of a window: the shared count may overshoot by about the number
 // of proxies. On a store error the mirror decides alone.
 type sharedState struct {
-	st      store.Store
+	lim     *limiter.Limiter
 	prefix  string
 	timeout time.Duration
 }
@@ -62,12 +62,14 @@ func (l *Limiter) slotNow(j int64) time.Time {
 	return time.Unix(leaves/span*span, 0)
 }
 
-// ops appends slot j's four operations on key to dst.
-func (s *sharedState) ops(dst []store.Op, l *Limiter, key string, j int64, action store.Action) []store.Op {
-	w := store.Window{Limit: math.MaxInt64, Length: time.Duration(l.spanSec()) * time.Second}
+// txns appends slot j's four transactions on key to dst: fixed windows
+// that never fill, counting hits (kind CheckAndSpend) or peeking
+// (CheckOnly).
+func (s *sharedState) txns(dst []limiter.Transaction, l *Limiter, key string, j int64, kind limiter.Kind) []limiter.Transaction {
+	w := limiter.Window{Limit: math.MaxInt64, Length: time.Duration(l.spanSec()) * time.Second}
 	base := s.prefix + key + "|" + strconv.FormatInt(j, 10)
 	for _, suffix := range bucketSuffixes {
-		dst = append(dst, store.Op{Key: base + suffix, Algorithm: store.FixedWindow, Action: action, Window: w})
+		dst = append(dst, limiter.Transaction{Key: base + suffix, Window: w, Kind: kind})
 	}
 	return dst
 }
@@ -79,12 +81,12 @@ func (s *sharedState) readSlots(ctx context.Context, l *Limiter, key string, fro
 	for j := from; j <= to; {
 		at := l.slotNow(j)
 		first := j
-		var ops []store.Op
+		var txns []limiter.Transaction
 		for ; j <= to && l.slotNow(j).Equal(at); j++ {
-			ops = s.ops(ops, l, key, j, store.Check)
+			txns = s.txns(txns, l, key, j, limiter.CheckOnly)
 		}
-		res := make([]store.Result, len(ops))
-		if err := s.st.Do(ctx, at, store.Batch{Ops: ops}, res); err != nil {
+		res := make([]limiter.Decision, len(txns))
+		if err := s.lim.CountAt(ctx, at, txns, res); err != nil {
 			return nil, err
 		}
 		for k := range j - first {
@@ -137,32 +139,32 @@ func (s *sharedState) sync(parent context.Context, l *Limiter, e *entry, cur int
 
 // spend adds an admitted request to the current slot's count.
 func (s *sharedState) spend(parent context.Context, l *Limiter, e *entry, cur int64) {
-	var buf [4]store.Op
-	ops := s.ops(buf[:0], l, e.key, cur, store.Spend)
-	ops[bucketCount].Cost = 1
-	s.do(parent, l, cur, ops[bucketCount:bucketCount+1])
+	var buf [4]limiter.Transaction
+	txns := s.txns(buf[:0], l, e.key, cur, limiter.CheckAndSpend)
+	txns[bucketCount].Cost = 1
+	s.do(parent, l, cur, txns[bucketCount:bucketCount+1])
 }
 
 // record adds a latency sample, or an upstream error, to the slot of now.
 func (s *sharedState) record(l *Limiter, e *entry, now time.Time, cur int64, lat time.Duration, upstreamErr bool) {
-	var buf [4]store.Op
-	ops := s.ops(buf[:0], l, e.key, cur, store.Spend)
+	var buf [4]limiter.Transaction
+	txns := s.txns(buf[:0], l, e.key, cur, limiter.CheckAndSpend)
 	if upstreamErr {
-		ops[bucketErrors].Cost = 1
-		s.do(context.Background(), l, cur, ops[bucketErrors:])
+		txns[bucketErrors].Cost = 1
+		s.do(context.Background(), l, cur, txns[bucketErrors:])
 		return
 	}
-	ops[bucketSamples].Cost = 1
-	ops[bucketLatency].Cost = int64(math.Round(float64(lat) / float64(time.Millisecond)))
-	s.do(context.Background(), l, cur, ops[bucketSamples:bucketLatency+1])
+	txns[bucketSamples].Cost = 1
+	txns[bucketLatency].Cost = int64(math.Round(float64(lat) / float64(time.Millisecond)))
+	s.do(context.Background(), l, cur, txns[bucketSamples:bucketLatency+1])
 }
 
-// do applies ops, all on slot j, within the store timeout.
-func (s *sharedState) do(parent context.Context, l *Limiter, j int64, ops []store.Op) {
+// do counts txns, all on slot j, within the store timeout.
+func (s *sharedState) do(parent context.Context, l *Limiter, j int64, txns []limiter.Transaction) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), s.timeout)
 	defer cancel()
-	var buf [4]store.Result
-	if err := s.st.Do(ctx, l.slotNow(j), store.Batch{Ops: ops}, buf[:len(ops)]); err != nil {
+	var buf [4]limiter.Decision
+	if err := s.lim.CountAt(ctx, l.slotNow(j), txns, buf[:len(txns)]); err != nil {
 		l.storeError(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -20,7 +21,7 @@ func TestProxiesSharingAStoreShareOneBudget(t *testing.T) {
 	cfg.MaxValue = 10000
 	latency := time.Duration(0)
 	mk := func() http.Handler {
-		l, err := New(cfg, Options{Clock: clk, Store: st})
+		l, err := New(cfg, Options{Clock: clk, Shared: limiter.New(st, clk)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestASharedStoreCarriesLatencyBetweenProxies(t *testing.T) {
 	clk := clock.NewFake(t0)
 	cfg := DefaultConfig()
 	mk := func() *Limiter {
-		l, err := New(cfg, Options{Clock: clk, Store: st})
+		l, err := New(cfg, Options{Clock: clk, Shared: limiter.New(st, clk)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-rl/sluice/adaptive"
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -126,7 +127,11 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 		}
 	}
 	if st != nil {
-		opts.Store = st
+		clk := deps.Clock
+		if clk == nil {
+			clk = clock.New()
+		}
+		opts.Shared = limiter.New(st, clk)
 		closeFn = st.Close
 	}
 	l, err := adaptive.New(cfg, opts)
