@@ -172,3 +172,28 @@ func TestBenchWithNoServer(t *testing.T) {
 		}
 	}
 }
+
+func TestProxyRefusesRedisServerClock(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{name: "given as flags", args: []string{"--store", "redis", "--redis-clock", "server"}},
+		{name: "given as environment variables", env: map[string]string{"SLUICE_STORE": "redis", "SLUICE_REDIS_CLOCK": "server"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			// Port 1 has no Redis: were the options accepted, connecting
+			// would fail with exit 1, not this usage error.
+			args := append([]string{"proxy", "--upstream", "http://127.0.0.1:9000", "--redis-addr", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--debug-addr", "off"}, tt.args...)
+			code, _, errOut := runCmd(args...)
+			if code != 2 || !strings.Contains(errOut, "--redis-clock server (SLUICE_REDIS_CLOCK) cannot be used with sluice proxy") {
+				t.Fatalf("got %d %q, want 2 and an error refusing --redis-clock server", code, errOut)
+			}
+		})
+	}
+}
