@@ -39,7 +39,11 @@ type ProxyOptions struct {
 	UpstreamTimeout time.Duration
 	// Store options: with a shared store (redis), several proxies share
 	// their windows. Default memory: in-process state. Redis's server clock
-	// (--redis-clock server) is refused: see checkProxyStore.
+	// (--redis-clock server) is refused: see checkProxyStore. The flags the
+	// proxy shares with serve are read into it too: --log-level,
+	// --log-format, and --shutdown-timeout (Store.ShutdownTimeout, how long
+	// in-flight requests may finish after SIGINT/SIGTERM; default 10s,
+	// must be > 0).
 	Store Options
 }
 
@@ -67,6 +71,7 @@ func ParseProxy(args []string, getenv func(string) string, out io.Writer) (Proxy
 	fs.StringVar(&p.ConfigPath, "config", p.ConfigPath, "adaptive limiter config file (default: the seed's parameters)")
 	fs.StringVar(&p.DebugAddr, "debug-addr", p.DebugAddr, "debug listen address (/metrics, /debug/pprof/)")
 	fs.DurationVar(&p.UpstreamTimeout, "upstream-timeout", p.UpstreamTimeout, "longest wait for the upstream's response headers, 504 past it (0: no limit)")
+	fs.DurationVar(&p.Store.ShutdownTimeout, "shutdown-timeout", p.Store.ShutdownTimeout, "how long in-flight requests may finish after SIGINT/SIGTERM")
 	fs.StringVar(&p.Store.LogLevel, "log-level", p.Store.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&p.Store.LogFormat, "log-format", p.Store.LogFormat, "log format: text or json")
 	addrs := p.Store.addStoreFlags(fs)
@@ -194,7 +199,8 @@ func (x *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(err, x.closeFn())
 }
 
-// RunProxy runs the proxy until SIGINT or SIGTERM.
+// RunProxy runs the proxy until SIGINT or SIGTERM, then lets in-flight
+// requests finish for up to p.Store.ShutdownTimeout (--shutdown-timeout).
 func RunProxy(p ProxyOptions, log *slog.Logger) error {
 	x, err := NewProxy(p, Deps{Logger: log})
 	if err != nil {

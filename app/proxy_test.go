@@ -155,3 +155,40 @@ func TestNewProxyRefusesRedisServerClock(t *testing.T) {
 		t.Errorf("got %q, want it to name --redis-clock server", err)
 	}
 }
+
+func TestParseProxyShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    time.Duration
+		wantErr string // a substring of the error; empty: no error
+	}{
+		{name: "the default is serve's 10s", want: 10 * time.Second},
+		{name: "the flag sets it", args: []string{"--shutdown-timeout", "30s"}, want: 30 * time.Second},
+		{name: "the environment variable sets it", env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "2s"}, want: 2 * time.Second},
+		{name: "the flag wins over the variable", args: []string{"--shutdown-timeout", "500ms"}, env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "2s"}, want: 500 * time.Millisecond},
+		{name: "zero is refused", args: []string{"--shutdown-timeout", "0s"}, wantErr: "--shutdown-timeout: 0s must be positive"},
+		{name: "a negative timeout is refused", args: []string{"--shutdown-timeout", "-1s"}, wantErr: "--shutdown-timeout: -1s must be positive"},
+		{name: "a zero variable is refused", env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "0"}, wantErr: "--shutdown-timeout: 0s must be positive"},
+		{name: "a variable that is no duration is refused", env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "soon"}, wantErr: `SLUICE_SHUTDOWN_TIMEOUT="soon"`},
+		{name: "a flag that is no duration is refused", args: []string{"--shutdown-timeout", "soon"}, wantErr: "-shutdown-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"--upstream", "http://127.0.0.1:9000"}, tt.args...)
+			p, err := app.ParseProxy(args, func(k string) string { return tt.env[k] }, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || p.Store.ShutdownTimeout != tt.want {
+				t.Fatalf("got %s, %v; want %s", p.Store.ShutdownTimeout, err, tt.want)
+			}
+		})
+	}
+}
