@@ -240,7 +240,7 @@ func (a *App) Start() error {
 	var grpcOpts []grpc.ServerOption
 	var tlsConfig *tls.Config
 	if a.opts.TLSCert != "" {
-		r, err := newCertReloader(a.opts.TLSCert, a.opts.TLSKey, a.opts.TLSClientCA, func(err error) {
+		r, err := newCertReloader(a.opts.TLSCert, a.opts.TLSKey, a.opts.TLSClientCA, a.clock, func(err error) {
 			a.log.Error("TLS files changed but failed to load; keeping the previous ones", "err", err)
 		})
 		if err != nil {

@@ -39,8 +39,27 @@ type ProxyOptions struct {
 	// (504 past it); 0: no bound. Default 60s.
 	UpstreamTimeout time.Duration
 	// Store options: with a shared store (redis), several proxies share
-	// their windows. Default memory: in-process state.
+	// their windows. Default memory: in-process state. Redis's server clock
+	// (--redis-clock server) is refused: see checkProxyStore. The flags the
+	// proxy shares with serve are read into it too: --log-level,
+	// --log-format, and --shutdown-timeout (Store.ShutdownTimeout, how long
+	// in-flight requests may finish after SIGINT/SIGTERM; default 10s,
+	// must be > 0).
 	Store Options
+}
+
+// checkProxyStore refuses store options the adaptive limiter cannot use.
+// Its shared windows (adaptive/shared.go) pass every store operation on a
+// slot the same, chosen now, and need a store that decides with it; Redis
+// with --redis-clock server decides with its own TIME instead, so proxies
+// would neither find their buckets nor keep them long enough.
+func checkProxyStore(o Options) error {
+	if o.Store == "redis" && o.Redis.Clock == "server" {
+		return fmt.Errorf("--redis-clock server (%s) cannot be used with sluice proxy --store redis (%s): "+
+			"the adaptive limiter's shared windows need the caller's clock; use --redis-clock local",
+			EnvName("redis-clock"), EnvName("store"))
+	}
+	return nil
 }
 
 // ParseProxy reads the proxy command's flags, with environment fallbacks.
@@ -53,6 +72,7 @@ func ParseProxy(args []string, getenv func(string) string, out io.Writer) (Proxy
 	fs.StringVar(&p.ConfigPath, "config", p.ConfigPath, "adaptive limiter config file (default: the seed's parameters)")
 	fs.StringVar(&p.DebugAddr, "debug-addr", p.DebugAddr, "debug listen address (/metrics, /debug/pprof/)")
 	fs.DurationVar(&p.UpstreamTimeout, "upstream-timeout", p.UpstreamTimeout, "longest wait for the upstream's response headers, 504 past it (0: no limit)")
+	fs.DurationVar(&p.Store.ShutdownTimeout, "shutdown-timeout", p.Store.ShutdownTimeout, "how long in-flight requests may finish after SIGINT/SIGTERM")
 	fs.StringVar(&p.Store.LogLevel, "log-level", p.Store.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&p.Store.LogFormat, "log-format", p.Store.LogFormat, "log format: text or json")
 	addrs := p.Store.addStoreFlags(fs)
@@ -81,7 +101,7 @@ func ParseProxy(args []string, getenv func(string) string, out io.Writer) (Proxy
 	if p.UpstreamTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--upstream-timeout: %s is negative", p.UpstreamTimeout))
 	}
-	errs = append(errs, p.Store.Validate())
+	errs = append(errs, p.Store.Validate(), checkProxyStore(p.Store))
 	return p, errors.Join(errs...)
 }
 
@@ -95,7 +115,9 @@ type Proxy struct {
 	closeFn   func() error
 }
 
-// NewProxy builds the proxy: loads its config, connects the store.
+// NewProxy builds the proxy: loads its config, connects the store. Unless
+// deps.Store is set, options ParseProxy would refuse (Redis's server
+// clock) are an error here too.
 func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 	log := deps.Logger
 	if log == nil {
@@ -121,6 +143,9 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 	closeFn := func() error { return nil }
 	st := deps.Store
 	if st == nil && p.Store.Store != "memory" {
+		if err := checkProxyStore(p.Store); err != nil {
+			return nil, err
+		}
 		a := &App{opts: p.Store, log: log, clock: deps.Clock, registry: reg}
 		if st, err = a.newStore(); err != nil {
 			return nil, err
@@ -179,7 +204,8 @@ func (x *Proxy) Shutdown(ctx context.Context) error {
 	return errors.Join(err, x.closeFn())
 }
 
-// RunProxy runs the proxy until SIGINT or SIGTERM.
+// RunProxy runs the proxy until SIGINT or SIGTERM, then lets in-flight
+// requests finish for up to p.Store.ShutdownTimeout (--shutdown-timeout).
 func RunProxy(p ProxyOptions, log *slog.Logger) error {
 	x, err := NewProxy(p, Deps{Logger: log})
 	if err != nil {

@@ -94,3 +94,101 @@ func TestParseProxyUpstreamTimeout(t *testing.T) {
 		t.Errorf("--upstream-timeout -1s: got %v, want an error naming the flag", err)
 	}
 }
+
+// The adaptive limiter's shared windows need a store that decides with the
+// caller's now, which Redis's server clock does not: sluice proxy refuses
+// that combination however it is given.
+func TestParseProxyRefusesRedisServerClock(t *testing.T) {
+	t.Parallel()
+	base := []string{"--upstream", "http://127.0.0.1:9000", "--redis-addr", "127.0.0.1:6379"}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr bool
+	}{
+		{name: "the server clock with the redis store is refused", args: []string{"--store", "redis", "--redis-clock", "server"}, wantErr: true},
+		{name: "the same from environment variables is refused", env: map[string]string{"SLUICE_STORE": "redis", "SLUICE_REDIS_CLOCK": "server"}, wantErr: true},
+		{name: "a flag and a variable together are refused", args: []string{"--store", "redis"}, env: map[string]string{"SLUICE_REDIS_CLOCK": "server"}, wantErr: true},
+		{name: "the local clock with the redis store is accepted", args: []string{"--store", "redis", "--redis-clock", "local"}},
+		{name: "the redis store's default clock is accepted", args: []string{"--store", "redis"}},
+		{name: "a flag for local wins over a variable for server", args: []string{"--store", "redis", "--redis-clock", "local"}, env: map[string]string{"SLUICE_REDIS_CLOCK": "server"}},
+		{name: "the server clock is ignored with the memory store", args: []string{"--redis-clock", "server"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := app.ParseProxy(append(append([]string{}, base...), tt.args...), func(k string) string { return tt.env[k] }, io.Discard)
+			if !tt.wantErr {
+				if err != nil {
+					t.Fatalf("got %v, want no error", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("got no error, want one refusing --redis-clock server")
+			}
+			for _, want := range []string{"--redis-clock server", "SLUICE_REDIS_CLOCK", "--store redis", "SLUICE_STORE", "--redis-clock local"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("got %q, want it to name %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestNewProxyRefusesRedisServerClock(t *testing.T) {
+	t.Parallel()
+	p, err := app.ParseProxy([]string{"--upstream", "http://127.0.0.1:9000", "--store", "redis", "--redis-addr", "127.0.0.1:6379"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Options built in code skip ParseProxy; NewProxy refuses them before
+	// it connects to Redis.
+	p.Store.Redis.Clock = "server"
+	x, err := app.NewProxy(p, app.Deps{})
+	if err == nil {
+		_ = x.Shutdown(context.Background())
+		t.Fatal("NewProxy with --redis-clock server: got no error, want a refusal")
+	}
+	if !strings.Contains(err.Error(), "--redis-clock server") {
+		t.Errorf("got %q, want it to name --redis-clock server", err)
+	}
+}
+
+func TestParseProxyShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    time.Duration
+		wantErr string // a substring of the error; empty: no error
+	}{
+		{name: "the default is serve's 10s", want: 10 * time.Second},
+		{name: "the flag sets it", args: []string{"--shutdown-timeout", "30s"}, want: 30 * time.Second},
+		{name: "the environment variable sets it", env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "2s"}, want: 2 * time.Second},
+		{name: "the flag wins over the variable", args: []string{"--shutdown-timeout", "500ms"}, env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "2s"}, want: 500 * time.Millisecond},
+		{name: "zero is refused", args: []string{"--shutdown-timeout", "0s"}, wantErr: "--shutdown-timeout: 0s must be positive"},
+		{name: "a negative timeout is refused", args: []string{"--shutdown-timeout", "-1s"}, wantErr: "--shutdown-timeout: -1s must be positive"},
+		{name: "a zero variable is refused", env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "0"}, wantErr: "--shutdown-timeout: 0s must be positive"},
+		{name: "a variable that is no duration is refused", env: map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "soon"}, wantErr: `SLUICE_SHUTDOWN_TIMEOUT="soon"`},
+		{name: "a flag that is no duration is refused", args: []string{"--shutdown-timeout", "soon"}, wantErr: "-shutdown-timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"--upstream", "http://127.0.0.1:9000"}, tt.args...)
+			p, err := app.ParseProxy(args, func(k string) string { return tt.env[k] }, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || p.Store.ShutdownTimeout != tt.want {
+				t.Fatalf("got %s, %v; want %s", p.Store.ShutdownTimeout, err, tt.want)
+			}
+		})
+	}
+}

@@ -8,15 +8,18 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/sluice-rl/sluice/clock"
 )
 
 // certReloader serves the certificate, key and client CA files of the
 // listeners, re-reading them when their modification times change (checked
 // at most once a second, on handshakes), so rotated certificates are used
-// without a restart. A rotation that fails to load keeps the previous
-// material and is logged.
+// without a restart; the second is measured on clk. A rotation that fails
+// to load keeps the previous material and is logged.
 type certReloader struct {
 	certFile, keyFile, caFile string
+	clk                       clock.Clock
 	onError                   func(error)
 
 	mu      sync.Mutex // protects the fields below
@@ -26,8 +29,11 @@ type certReloader struct {
 	pool    *x509.CertPool
 }
 
-func newCertReloader(certFile, keyFile, caFile string, onError func(error)) (*certReloader, error) {
-	r := &certReloader{certFile: certFile, keyFile: keyFile, caFile: caFile, onError: onError}
+// newCertReloader loads the files once (an error if they do not load) and
+// returns a reloader that looks at them again when a handshake comes a
+// second or more of clk's time after its last look.
+func newCertReloader(certFile, keyFile, caFile string, clk clock.Clock, onError func(error)) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile, caFile: caFile, clk: clk, onError: onError}
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -73,7 +79,7 @@ func (r *certReloader) load() error {
 func (r *certReloader) refresh() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.clk.Now()
 	if now.Sub(r.checked) < time.Second {
 		return
 	}

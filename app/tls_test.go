@@ -184,8 +184,14 @@ func TestCertificatesReloadWhenFilesChange(t *testing.T) {
 	later := time.Now().Add(2 * time.Second)
 	_ = os.Chtimes(certFile, later, later)
 	_ = os.Chtimes(keyFile, later, later)
-	eventually(t, "the rotated certificate", func() bool {
-		code, err := httpsGet(ta.HTTPAddr(), &tls.Config{RootCAs: second.caPool, ServerName: "127.0.0.1"})
-		return err == nil && code == 200
-	})
+	// The files are looked at again only once a second has passed on the
+	// service's clock, which has not moved: the first certificate is still
+	// served.
+	if code, err := httpsGet(ta.HTTPAddr(), &tls.Config{RootCAs: first.caPool, ServerName: "127.0.0.1"}); err != nil || code != 200 {
+		t.Fatalf("before the clock moves: got %d, %v; want 200 with the first certificate", code, err)
+	}
+	ta.clock.Add(time.Second)
+	if code, err := httpsGet(ta.HTTPAddr(), &tls.Config{RootCAs: second.caPool, ServerName: "127.0.0.1"}); err != nil || code != 200 {
+		t.Fatalf("a second later on the clock: got %d, %v; want 200 with the rotated certificate", code, err)
+	}
 }

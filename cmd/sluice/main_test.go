@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,5 +171,111 @@ func TestBenchWithNoServer(t *testing.T) {
 		if code != 1 || out != "" || !strings.Contains(errOut, addr) {
 			t.Errorf("--client %s: got %d, stdout %q, stderr %q; want 1, no result line, an error naming %s", client, code, out, errOut, addr)
 		}
+	}
+}
+
+func TestProxyRefusesRedisServerClock(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{name: "given as flags", args: []string{"--store", "redis", "--redis-clock", "server"}},
+		{name: "given as environment variables", env: map[string]string{"SLUICE_STORE": "redis", "SLUICE_REDIS_CLOCK": "server"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			// Port 1 has no Redis: were the options accepted, connecting
+			// would fail with exit 1, not this usage error.
+			args := append([]string{"proxy", "--upstream", "http://127.0.0.1:9000", "--redis-addr", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--debug-addr", "off"}, tt.args...)
+			code, _, errOut := runCmd(args...)
+			if code != 2 || !strings.Contains(errOut, "--redis-clock server (SLUICE_REDIS_CLOCK) cannot be used with sluice proxy") {
+				t.Fatalf("got %d %q, want 2 and an error refusing --redis-clock server", code, errOut)
+			}
+		})
+	}
+}
+
+// A request the upstream never answers holds the proxy's shutdown for
+// --shutdown-timeout, not for the 10s default.
+func TestProxyShutdownTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer upstream.Close()
+	defer close(release) // before upstream.Close, which waits for the handler
+
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "proxy", "--upstream", upstream.URL, "--listen", "127.0.0.1:0", "--debug-addr", "off")
+	cmd.Env = append(os.Environ(), "SLUICE_SHUTDOWN_TIMEOUT=300ms")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	listenRe := regexp.MustCompile(`listen=(\S+)`)
+	var addr string
+	for addr == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("proxy exited before serving")
+			}
+			if m := listenRe.FindStringSubmatch(l); m != nil && strings.Contains(l, "sluice proxy serving") {
+				addr = m[1]
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("proxy did not report its address")
+		}
+	}
+	go func() {
+		if resp, err := http.Get("http://" + addr + "/slow"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the upstream")
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done: // exit 1: the request did not finish in time
+		if took := time.Since(sent); took > 5*time.Second {
+			t.Fatalf("proxy exited %s after SIGTERM, want about 300ms", took)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("proxy did not exit within 8s of SIGTERM with SLUICE_SHUTDOWN_TIMEOUT=300ms")
 	}
 }
