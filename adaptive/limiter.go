@@ -564,4 +564,3 @@ func (l *Limiter) StatsFor(key string) (s Stats, ok bool) {
 
 // Keys is the number of keys tracked, the overflow key not included.
 func (l *Limiter) Keys() int { return int(l.keys.Load()) }
-
