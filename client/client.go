@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/limiter"
 )
 
 // Client calls a Sluice server's key-value limits API. Create it with Dial
@@ -119,20 +120,35 @@ type Decision struct {
 	Bucket string
 }
 
-// Kind is what a transaction of a batch does. The zero value is
-// CheckAndSpend.
-type Kind int
+// Kind is what a transaction of a batch does: limiter.Kind, Sluice's one
+// kind enum. A batch takes CheckAndSpend (also the zero value), CheckOnly
+// and SpendOnly.
+type Kind = limiter.Kind
 
+// The kinds a batch takes.
 const (
 	// CheckAndSpend checks the bucket and spends when the whole batch is
 	// allowed.
-	CheckAndSpend Kind = iota
+	CheckAndSpend = limiter.CheckAndSpend
 	// CheckOnly checks the bucket and never spends.
-	CheckOnly
+	CheckOnly = limiter.CheckOnly
 	// SpendOnly spends when the whole batch is allowed; its own decision
 	// does not count toward the batch's.
-	SpendOnly
+	SpendOnly = limiter.SpendOnly
 )
+
+// kindProto is k as the gRPC API numbers it.
+func kindProto(k Kind) (sluicev1.Transaction_Kind, error) {
+	switch k {
+	case 0, CheckAndSpend:
+		return sluicev1.Transaction_CHECK_AND_SPEND, nil
+	case CheckOnly:
+		return sluicev1.Transaction_CHECK_ONLY, nil
+	case SpendOnly:
+		return sluicev1.Transaction_SPEND_ONLY, nil
+	}
+	return 0, fmt.Errorf("kind %s cannot be part of a batch, must be check_and_spend, check_only or spend_only", k)
+}
 
 // Transaction is one entry of a batch.
 type Transaction struct {
@@ -171,7 +187,11 @@ func (c *Client) Reset(ctx context.Context, name, id string) (Decision, error) {
 func (c *Client) Batch(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
 	req := &sluicev1.BatchRequest{Transactions: make([]*sluicev1.Transaction, len(txns))}
 	for i, t := range txns {
-		req.Transactions[i] = &sluicev1.Transaction{Name: t.Name, Id: t.ID, Cost: &t.Cost, Kind: sluicev1.Transaction_Kind(t.Kind)}
+		kind, err := kindProto(t.Kind)
+		if err != nil {
+			return Decision{}, nil, fmt.Errorf("transaction %d: %w", i, err)
+		}
+		req.Transactions[i] = &sluicev1.Transaction{Name: t.Name, Id: t.ID, Cost: &t.Cost, Kind: kind}
 	}
 	resp, err := c.api.Batch(ctx, req)
 	if err != nil {

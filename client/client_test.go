@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,6 +153,21 @@ func TestSourceNamesReadAsTheHTTPAPISpellsThem(t *testing.T) {
 	} {
 		if got := s.String(); got != want {
 			t.Errorf("Source(%d).String(): got %q, want %q", int(s), got, want)
+		}
+	}
+}
+
+func TestABatchRefusesKindsItCannotCarry(t *testing.T) {
+	t.Parallel()
+	c, err := client.Dial("127.0.0.1:1") // never dialled: the batch is refused first
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, k := range []client.Kind{limiter.RefundBucket, limiter.ResetBucket, 42} {
+		_, _, err := c.Batch(context.Background(), client.Transaction{Name: "NewOrdersPerAccount", ID: "1", Cost: 1, Kind: k})
+		if err == nil || !strings.Contains(err.Error(), "cannot be part of a batch") {
+			t.Errorf("kind %s: got %v, want it refused as not part of a batch", k, err)
 		}
 	}
 }
