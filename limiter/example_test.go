@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -50,4 +51,23 @@ func ExampleLimiter_Batch() {
 	// Output:
 	// false 1 1h0m0s true
 	// 300
+}
+
+// The README's library path: a key-value limit resolved by name and id,
+// spent through the limiter.
+func ExampleForBucket() {
+	defaults, _ := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 2, count: 2, period: 1h}\n"))
+	set, _ := limits.New(defaults, nil)
+	l := limiter.New(memory.New(memory.Options{}), clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	ctx := context.Background()
+
+	b, _ := set.Resolve(limits.NewOrdersPerAccount, "12345678")
+	for range 3 {
+		d, _ := l.Spend(ctx, limiter.ForBucket(b, "12345678", 1))
+		fmt.Println(b.Key, d.Allowed, d.Remaining, d.RetryIn)
+	}
+	// Output:
+	// 3:12345678 true 1 0s
+	// 3:12345678 true 0 30m0s
+	// 3:12345678 false 0 30m0s
 }
