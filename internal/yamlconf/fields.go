@@ -38,7 +38,7 @@ func (d *Doc) Map(n Node, path string, fields Fields, unknown func(k Node)) {
 	}
 	for e := range n.Entries() {
 		switch {
-		case e.Key.Kind() != Scalar:
+		case e.Key.IsCollection():
 			d.Errorf(e.Key, path, "has a key that is %s, want a field name", e.Key.Describe())
 			continue
 		case e.Dup():

@@ -152,6 +152,9 @@ func (d *Doc) newError(at *yaml.Node, field, msg string, cause error) *Error {
 // caller may modify the returned slice.
 func (d *Doc) Errors() Errors { return append(Errors(nil), d.errs...) }
 
+// ErrorCount returns the number of problems recorded so far.
+func (d *Doc) ErrorCount() int { return len(d.errs) }
+
 // Err returns the problems recorded so far as an Errors, or nil.
 func (d *Doc) Err() error { return d.Errors().Err() }
 
@@ -220,6 +223,13 @@ func (n Node) Kind() Kind {
 
 // IsNull reports whether n is missing, empty or null.
 func (n Node) IsNull() bool { return n.Kind() == Null }
+
+// IsZero reports whether n is the zero Node, standing for a missing one,
+// as opposed to a node of the file (which may be null).
+func (n Node) IsZero() bool { return n.n == nil }
+
+// IsCollection reports whether n is a mapping or a list.
+func (n Node) IsCollection() bool { k := n.Kind(); return k == Map || k == List }
 
 // Line returns n's 1-based line, or 0 for the zero Node.
 func (n Node) Line() int {
@@ -324,7 +334,8 @@ func ParseDuration(s string) (time.Duration, error) {
 type Entry struct {
 	Key   Node
 	Value Node
-	// Name is the key's text when the key is a scalar; "" otherwise.
+	// Name is the key's text when the key is a scalar, null keys included
+	// ("~", or "" for an empty key); "" for a mapping or list key.
 	Name string
 	// First is the earlier key when this key repeats one (same Name); the
 	// zero Node otherwise.

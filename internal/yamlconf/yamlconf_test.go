@@ -42,6 +42,9 @@ func TestErrorsAreOneErrorThatErrorsAsLooksThrough(t *testing.T) {
 	d, _ := Parse("a.yaml", []byte("a: 1\nb: 2\n"), Options{})
 	d.Map(d.Root(), "", Fields{"a": func(Node, string) {}}, nil)
 	d.Add(&Error{File: "a.yaml", Line: 1, Msg: "added", Err: ErrSyntax})
+	if got := d.ErrorCount(); got != 2 {
+		t.Errorf("got %d errors counted, want 2", got)
+	}
 	err := d.Err()
 	if got, want := err.Error(), "a.yaml:2:1: unknown field \"b\"\na.yaml:1: added"; got != want {
 		t.Errorf("got %q, want %q", got, want)
