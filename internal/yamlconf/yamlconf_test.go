@@ -225,7 +225,18 @@ func TestNodes(t *testing.T) {
 	if strings.Join(items, ",") != "1,two" {
 		t.Errorf("got items %q, want 1,two", items)
 	}
+	for e := range d.Root().Entries() {
+		if got, want := e.Value.IsCollection(), e.Name == "a" || e.Name == "b" || e.Name == "c" || e.Name == "<<"; got != want {
+			t.Errorf("%s: got IsCollection %t, want %t", e.Name, got, want)
+		}
+		if e.Value.IsZero() {
+			t.Errorf("%s: got IsZero for a node of the file, want false", e.Name)
+		}
+	}
 	var zero Node
+	if !zero.IsZero() || zero.IsCollection() {
+		t.Errorf("got IsZero %t IsCollection %t for the zero Node, want true, false", zero.IsZero(), zero.IsCollection())
+	}
 	if zero.Kind() != Null || zero.Line() != 0 || zero.Col() != 0 || zero.Text() != "" || zero.Describe() != "nothing" {
 		t.Errorf("got a zero Node that is not a missing one: %d %d %d %q", zero.Kind(), zero.Line(), zero.Col(), zero.Text())
 	}
@@ -287,6 +298,7 @@ func TestMap(t *testing.T) {
 		{desc: "a custom unknown message names the parent field", yaml: "sub:\n  z: 1\n", wantErr: `m.yaml:2:3: sub: no "z" here`},
 		{desc: "a repeated key is reported at the repeat with its path",
 			yaml: "sub:\n  x: a\n  x: b\n", want: config{Sub: "a"}, wantErr: "m.yaml:3:3: sub.x: duplicate key"},
+		{desc: "a null key is an unknown field named by its text", yaml: "~: 1\n", wantErr: `m.yaml:1:1: unknown field "~"`},
 		{desc: "a key that is not a string is reported", yaml: "? [a]\n: 1\n", wantErr: "m.yaml:1:3: has a key that is a list, want a field name"},
 		{desc: "a value that should be a mapping is reported", yaml: "sub: 5\n", wantErr: "m.yaml:1:6: sub: must be a mapping"},
 		{desc: "a top level that is not a mapping is reported", yaml: "- a\n", wantErr: "m.yaml:1:1: must be a mapping"},
