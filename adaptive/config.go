@@ -1,17 +1,13 @@
 package adaptive
 
 import (
-	"errors"
 	"fmt"
-	"math"
 	"os"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/sluice-rl/sluice/internal/yamlconf"
 )
 
 // Config is the adaptive limiter's configuration, as read from YAML. The
@@ -135,32 +131,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// FieldError is one configuration problem: where, which field, what.
-type FieldError struct {
-	File  string // "" for a Config built in code
-	Line  int    // 0 when unknown
-	Field string // the field's path, e.g. "rules.asset.maxRate"
-	Msg   string
-}
-
-func (e *FieldError) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		b.WriteByte(':')
-		if e.Line > 0 {
-			b.WriteString(strconv.Itoa(e.Line))
-			b.WriteByte(':')
-		}
-		b.WriteByte(' ')
-	}
-	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// FieldError is one configuration problem: where, which field, what. Its
+// Error method returns "file:line: field: message", leaving out what is
+// unknown; File is "" for a Config built in code, Field names the field's
+// path, such as "rules.asset.maxRate", and Col is the column (not printed).
+type FieldError = yamlconf.Error
 
 // LoadConfig reads and validates the YAML file at path. Fields it does not
 // set keep DefaultConfig's values. Every problem is reported, each naming
@@ -176,277 +151,132 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig parses and validates YAML data; filename only labels errors.
 // Unknown keys, duplicate keys, values of the wrong type and invalid values
 // are errors. Fields the data does not set keep DefaultConfig's values.
+// Numbers, integers, booleans and the window duration are read as
+// internal/yamlconf reads them (the window as a Go duration such as 60s).
 func ParseConfig(filename string, data []byte) (Config, error) {
-	p := parser{file: filename, lines: map[string]int{}}
 	cfg := DefaultConfig()
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Config{}, p.yamlError(err)
+	doc, err := yamlconf.Parse(filename, data, yamlconf.Options{LineOnly: true})
+	if err != nil {
+		return Config{}, err
 	}
-	if len(doc.Content) > 0 {
-		p.top(doc.Content[0], &cfg)
-	}
+	p := parser{doc: doc}
+	p.top(doc.Root(), &cfg)
 	// Validate whatever parsed; a field that failed to parse keeps its
 	// default and is not reported twice.
+	errs := doc.Errors()
 	bad := map[string]bool{}
-	for _, e := range p.errs {
-		bad[e.(*FieldError).Field] = true
+	for _, e := range errs {
+		bad[e.Field] = true
 	}
 	for _, e := range validate(cfg, p.where) {
-		if !bad[e.(*FieldError).Field] {
-			p.errs = append(p.errs, e)
+		if !bad[e.Field] {
+			errs = append(errs, e)
 		}
 	}
-	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b error) int { return a.(*FieldError).Line - b.(*FieldError).Line })
-		return Config{}, errors.Join(p.errs...)
+	if len(errs) > 0 {
+		errs.SortByLine()
+		return Config{}, errs
 	}
 	return cfg, nil
 }
 
 // Validate reports every invalid field of c, joined in one error, or nil.
 func (c Config) Validate() error {
-	return errors.Join(validate(c, func(field string) (string, int) { return "", 0 })...)
+	return validate(c, func(field string) (string, int) { return "", 0 }).Err()
 }
 
+// parser reads one file's fields into a Config.
 type parser struct {
-	file  string
-	lines map[string]int // field path -> line it was set on
-	errs  []error
+	doc *yamlconf.Doc
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func (p *parser) yamlError(err error) error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &FieldError{File: p.file, Line: line, Msg: m[2]}
-	}
-	return &FieldError{File: p.file, Msg: strings.TrimPrefix(msg, "yaml: ")}
+// where locates the key of field in the file, for validate.
+func (p *parser) where(field string) (string, int) {
+	line, _ := p.doc.At(field)
+	return p.doc.File(), line
 }
 
-func (p *parser) where(field string) (string, int) { return p.file, p.lines[field] }
-
-func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
-	p.errs = append(p.errs, &FieldError{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)})
+func (p *parser) top(n yamlconf.Node, c *Config) {
+	d := p.doc
+	d.Map(n, "", yamlconf.Fields{
+		"minValue":        d.Float(&c.MinValue),
+		"maxValue":        d.Float(&c.MaxValue),
+		"maxRate":         d.Float(&c.MaxRate),
+		"minRate":         d.Float(&c.MinRate),
+		"curve":           p.curve(&c.Curve),
+		"countMetricName": d.String(&c.CountMetricName),
+		"valueMetricName": d.String(&c.ValueMetricName),
+		"window":          d.Duration(&c.Window),
+		"rules":           func(v yamlconf.Node, path string) { p.rules(v, path, &c.Rules) },
+		"routes":          d.Strings(&c.Routes),
+		"maxKeys":         d.Int(&c.MaxKeys),
+		"minSamples":      d.Int(&c.MinSamples),
+		"perClient":       d.Bool(&c.PerClient),
+		"clientHeader":    d.String(&c.ClientHeader),
+		"dryRun":          d.Bool(&c.DryRun),
+		"headers":         d.Bool(&c.Headers),
+	}, nil)
 }
 
-// fields walks a mapping node, reporting duplicates and calling set for
-// each key with its value node.
-func (p *parser) fields(n *yaml.Node, path string, set func(k, v *yaml.Node, field string)) {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, strings.TrimSuffix(path, "."), "must be a mapping")
-		return
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		field := path + k.Value
-		if seen[k.Value] {
-			p.errorf(k, field, "duplicate key")
-			continue
-		}
-		seen[k.Value] = true
-		p.lines[field] = k.Line
-		set(k, v, field)
-	}
-}
-
-func (p *parser) top(n *yaml.Node, c *Config) {
-	p.fields(n, "", func(k, v *yaml.Node, field string) {
-		switch k.Value {
-		case "minValue":
-			p.float(v, field, &c.MinValue)
-		case "maxValue":
-			p.float(v, field, &c.MaxValue)
-		case "maxRate":
-			p.float(v, field, &c.MaxRate)
-		case "minRate":
-			p.float(v, field, &c.MinRate)
-		case "curve":
-			p.curve(v, field, &c.Curve)
-		case "countMetricName":
-			p.str(v, field, &c.CountMetricName)
-		case "valueMetricName":
-			p.str(v, field, &c.ValueMetricName)
-		case "window":
-			p.duration(v, field, &c.Window)
-		case "rules":
-			p.rules(v, field, &c.Rules)
-		case "routes":
-			p.strs(v, field, &c.Routes)
-		case "maxKeys":
-			p.int(v, field, &c.MaxKeys)
-		case "minSamples":
-			p.int(v, field, &c.MinSamples)
-		case "perClient":
-			p.bool(v, field, &c.PerClient)
-		case "clientHeader":
-			p.str(v, field, &c.ClientHeader)
-		case "dryRun":
-			p.bool(v, field, &c.DryRun)
-		case "headers":
-			p.bool(v, field, &c.Headers)
-		default:
-			p.errorf(k, "", "unknown field %q", k.Value)
-		}
+func (p *parser) rules(n yamlconf.Node, path string, r *Rules) {
+	p.doc.Map(n, path, yamlconf.Fields{
+		"html":  func(v yamlconf.Node, path string) { p.rule(v, path, &r.HTML, false) },
+		"asset": func(v yamlconf.Node, path string) { p.rule(v, path, &r.Asset, true) },
+	}, func(k yamlconf.Node) {
+		p.doc.Errorf(k, path, "unknown rule %q, must be html or asset", k.Text())
 	})
 }
 
-func (p *parser) rules(n *yaml.Node, path string, r *Rules) {
-	p.fields(n, path+".", func(k, v *yaml.Node, field string) {
-		switch k.Value {
-		case "html":
-			p.rule(v, field, &r.HTML, false)
-		case "asset":
-			p.rule(v, field, &r.Asset, true)
-		default:
-			p.errorf(k, path, "unknown rule %q, must be html or asset", k.Value)
+func (p *parser) rule(n yamlconf.Node, path string, r *Rule, asset bool) {
+	d := p.doc
+	// own reads a parameter the rule sets for itself into a new value.
+	own := func(dst **float64) func(yamlconf.Node, string) {
+		return func(v yamlconf.Node, path string) {
+			*dst = new(float64)
+			d.Float(*dst)(v, path)
 		}
-	})
-}
-
-func (p *parser) rule(n *yaml.Node, path string, r *Rule, asset bool) {
-	p.fields(n, path+".", func(k, v *yaml.Node, field string) {
-		switch key := k.Value; key {
-		case "minValue":
-			r.MinValue = new(float64)
-			p.float(v, field, r.MinValue)
-		case "maxValue":
-			r.MaxValue = new(float64)
-			p.float(v, field, r.MaxValue)
-		case "maxRate":
-			r.MaxRate = new(float64)
-			p.float(v, field, r.MaxRate)
-		case "minRate":
-			r.MinRate = new(float64)
-			p.float(v, field, r.MinRate)
-		case "curve":
-			r.Curve = new(Curve)
-			p.curve(v, field, r.Curve)
-		case "minSamples":
-			r.MinSamples = new(int)
-			p.int(v, field, r.MinSamples)
-		case "contains", "suffixes":
+	}
+	patterns := func(dst *[]string) func(yamlconf.Node, string) {
+		return func(v yamlconf.Node, path string) {
 			if !asset {
-				p.errorf(v, field, "only the asset rule takes patterns; other paths are html")
+				d.Errorf(v, path, "only the asset rule takes patterns; other paths are html")
 				return
 			}
-			if key == "contains" {
-				p.strs(v, field, &r.Contains)
-			} else {
-				p.strs(v, field, &r.Suffixes)
-			}
-		default:
-			p.errorf(k, path, "unknown field %q", key)
+			d.Strings(dst)(v, path)
 		}
-	})
+	}
+	d.Map(n, path, yamlconf.Fields{
+		"minValue": own(&r.MinValue),
+		"maxValue": own(&r.MaxValue),
+		"maxRate":  own(&r.MaxRate),
+		"minRate":  own(&r.MinRate),
+		"curve": func(v yamlconf.Node, path string) {
+			r.Curve = new(Curve)
+			p.curve(r.Curve)(v, path)
+		},
+		"minSamples": func(v yamlconf.Node, path string) {
+			r.MinSamples = new(int)
+			d.Int(r.MinSamples)(v, path)
+		},
+		"contains": patterns(&r.Contains),
+		"suffixes": patterns(&r.Suffixes),
+	}, nil)
 }
 
-func (p *parser) scalar(n *yaml.Node, field, what string) bool {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errorf(n, field, "must be %s", what)
-		return false
-	}
-	return true
-}
-
-func (p *parser) float(n *yaml.Node, field string, dst *float64) {
-	if !p.scalar(n, field, "a number") {
-		return
-	}
-	f, err := strconv.ParseFloat(n.Value, 64)
-	if err != nil || (n.Tag != "!!int" && n.Tag != "!!float") || math.IsNaN(f) || math.IsInf(f, 0) {
-		p.errorf(n, field, "invalid number %q", n.Value)
-		return
-	}
-	*dst = f
-}
-
-func (p *parser) int(n *yaml.Node, field string, dst *int) {
-	if !p.scalar(n, field, "an integer") {
-		return
-	}
-	i, err := strconv.ParseInt(n.Value, 10, 0)
-	if err != nil || n.Tag != "!!int" {
-		p.errorf(n, field, "invalid integer %q", n.Value)
-		return
-	}
-	*dst = int(i)
-}
-
-func (p *parser) bool(n *yaml.Node, field string, dst *bool) {
-	if !p.scalar(n, field, "true or false") {
-		return
-	}
-	switch {
-	case n.Tag == "!!bool" && (n.Value == "true" || n.Value == "True" || n.Value == "TRUE"):
-		*dst = true
-	case n.Tag == "!!bool" && (n.Value == "false" || n.Value == "False" || n.Value == "FALSE"):
-		*dst = false
-	default:
-		p.errorf(n, field, "invalid boolean %q, must be true or false", n.Value)
-	}
-}
-
-func (p *parser) str(n *yaml.Node, field string, dst *string) {
-	if !p.scalar(n, field, "a string") {
-		return
-	}
-	*dst = n.Value
-}
-
-func (p *parser) strs(n *yaml.Node, field string, dst *[]string) {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, field, "must be a list of strings")
-		return
-	}
-	out := make([]string, 0, len(n.Content))
-	for _, e := range n.Content {
-		if e.Kind != yaml.ScalarNode || e.Tag == "!!null" {
-			p.errorf(e, field, "must be a list of strings")
+// curve returns a reader of a curve's name into dst.
+func (p *parser) curve(dst *Curve) func(yamlconf.Node, string) {
+	return func(v yamlconf.Node, path string) {
+		name, ok := p.doc.Scalar(v, path, "linear or inverse")
+		if !ok {
 			return
 		}
-		out = append(out, e.Value)
+		c, err := ParseCurve(name)
+		if err != nil {
+			p.doc.Errorf(v, path, "%v", err)
+			return
+		}
+		*dst = c
 	}
-	*dst = out
-}
-
-func (p *parser) duration(n *yaml.Node, field string, dst *time.Duration) {
-	if !p.scalar(n, field, "a duration") {
-		return
-	}
-	d, err := time.ParseDuration(n.Value)
-	if err != nil {
-		p.errorf(n, field, "invalid duration %q, want a Go duration such as 60s or 1m", n.Value)
-		return
-	}
-	*dst = d
-}
-
-func (p *parser) curve(n *yaml.Node, field string, dst *Curve) {
-	if !p.scalar(n, field, "linear or inverse") {
-		return
-	}
-	c, err := ParseCurve(n.Value)
-	if err != nil {
-		p.errorf(n, field, "%v", err)
-		return
-	}
-	*dst = c
 }
 
 var metricName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
@@ -456,8 +286,8 @@ var metricName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
 func metricize(name string) string { return strings.ReplaceAll(name, ".", "_") }
 
 // validate checks c, naming each bad field with where's file and line.
-func validate(c Config, where func(field string) (string, int)) []error {
-	var errs []error
+func validate(c Config, where func(field string) (string, int)) yamlconf.Errors {
+	var errs yamlconf.Errors
 	bad := func(field, format string, args ...any) {
 		file, line := where(field)
 		errs = append(errs, &FieldError{File: file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})

@@ -3,150 +3,60 @@ package descriptors
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/internal/yamlconf"
 	"github.com/sluice-rl/sluice/window"
 )
 
-// Error is one problem in a configuration file, located by file and line.
-type Error struct {
-	File string
-	Line int // 1-based; 0 when unknown
-	Msg  string
-}
-
-// Error formats the problem as "file:line: message".
-func (e *Error) Error() string {
-	if e.Line <= 0 {
-		return e.File + ": " + e.Msg
-	}
-	return e.File + ":" + strconv.Itoa(e.Line) + ": " + e.Msg
-}
+// Error is one problem in a configuration file, located by file and line
+// (and column, which its text leaves out): "file:line: message". Msg
+// names the field and the bad value.
+type Error = yamlconf.Error
 
 // ErrorList is every problem found in one or more configuration files, in
 // file order. Parse, New and Load return it as their error; its message has
-// one problem per line.
-type ErrorList []*Error
+// one problem per line, and errors.Is and errors.As look at each.
+type ErrorList = yamlconf.Errors
 
-// Error lists the problems one per line.
-func (l ErrorList) Error() string {
-	msgs := make([]string, len(l))
-	for i, e := range l {
-		msgs[i] = e.Error()
-	}
-	return strings.Join(msgs, "\n")
-}
-
-// Unwrap gives the problems to errors.Is and errors.As.
-func (l ErrorList) Unwrap() []error {
-	errs := make([]error, len(l))
-	for i, e := range l {
-		errs[i] = e
-	}
-	return errs
-}
-
-// Limits on what one file may make the parser do, so that a hostile file
-// (aliases that expand exponentially, or refer to their own ancestors)
-// fails quickly instead of exhausting memory or the stack. A file without
-// aliases has fewer YAML nodes than bytes, so the node budget, twice the
-// file's size, only ever stops alias expansion.
-const (
-	minNodes = 1024 // the node budget of a tiny file
-	maxDepth = 64   // levels of nested descriptors
-)
+// maxDepth bounds the levels of nested descriptors, so that an alias to
+// an ancestor stops. Aliases that expand exponentially are stopped by the
+// node budget of internal/yamlconf ("aliases expand to too many nodes").
+const maxDepth = 64
 
 // Parse reads one configuration file: a domain and its descriptors.
 // filename is used in error messages only. Every problem found is reported,
 // as an ErrorList whose entries give filename and line.
 func Parse(filename string, data []byte) (*Domain, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, ErrorList{yamlError(filename, err)}
+	doc, err := yamlconf.Parse(filename, data, yamlconf.Options{LineOnly: true})
+	if err != nil {
+		return nil, ErrorList{err.(*Error)}
 	}
-	p := &parser{file: filename, budget: minNodes + 2*len(data)}
-	d := p.file1(&doc)
-	if len(p.errs) > 0 {
-		return nil, p.errs
+	p := &parser{doc: doc}
+	d := p.file1(doc.Root())
+	if errs := doc.Errors(); len(errs) > 0 {
+		return nil, errs
 	}
 	return d, nil
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// yamlError turns a YAML syntax error into an Error with its line.
-func yamlError(file string, err error) *Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{File: file, Line: line, Msg: m[2]}
-	}
-	return &Error{File: file, Msg: strings.TrimPrefix(msg, "yaml: ")}
-}
-
 // parser holds the state of one Parse call.
 type parser struct {
-	file   string
+	doc    *yamlconf.Doc
 	domain string
-	errs   ErrorList
-	budget int  // nodes left to visit
-	broke  bool // the budget ran out; stop
 }
 
-func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)})
-}
-
-// deref follows aliases to the node they name and charges the visit to the
-// budget. It returns nil once the budget is spent.
-func (p *parser) deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 32; i++ {
-		n = n.Alias
-	}
-	if p.broke {
-		return nil
-	}
-	if p.budget--; p.budget < 0 {
-		p.broke = true
-		p.errorf(n, "aliases expand to too many nodes")
-		return nil
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a map"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "nothing"
+func (p *parser) errorf(n yamlconf.Node, format string, args ...any) {
+	p.doc.Errorf(n, "", format, args...)
 }
 
 // field is one key: value pair of a YAML mapping.
 type field struct {
 	name     string
-	key, val *yaml.Node
+	key, val yamlconf.Node
 }
 
 // envoyKeys are the field names envoyproxy/ratelimit accepts anywhere in a
@@ -166,42 +76,27 @@ var envoyKeys = map[string]bool{
 // is not in known but is one of envoyKeys is ignored, as
 // envoyproxy/ratelimit ignores it, after checking its value as that server
 // would (see ignored).
-func (p *parser) fields(n *yaml.Node, where string, known ...string) []field {
+func (p *parser) fields(n yamlconf.Node, where string, known ...string) []field {
 	var out, merged []field
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
-		if k == nil || v == nil {
-			return out
-		}
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, "%s has a key that is %s, not a field name", where, describe(k))
-			continue
-		}
-		if k.Tag == "!!merge" {
-			merged = append(merged, p.merge(v, where, known)...)
-			continue
-		}
-		dup := false
-		for _, f := range out {
-			dup = dup || f.name == k.Value
-		}
+	for e := range n.Entries() {
+		k, v := e.Key, e.Value
 		switch {
-		case dup:
-			p.errorf(k, "duplicate field %q in %s", k.Value, where)
-		case !contains(known, k.Value) && envoyKeys[k.Value]:
+		case k.IsCollection():
+			p.errorf(k, "%s has a key that is %s, not a field name", where, k.Describe())
+		case k.IsMerge():
+			merged = append(merged, p.merge(v, where, known)...)
+		case !slices.Contains(known, e.Name) && envoyKeys[e.Name]:
 			p.ignored(v)
-		case !contains(known, k.Value):
-			p.errorf(k, "unknown field %q in %s, must be one of %s", k.Value, where, strings.Join(known, ", "))
+		case !slices.Contains(known, e.Name):
+			p.errorf(k, "unknown field %q in %s, must be one of %s", e.Name, where, strings.Join(known, ", "))
+		case e.Dup():
+			p.errorf(k, "duplicate field %q in %s", e.Name, where)
 		default:
-			out = append(out, field{name: k.Value, key: k, val: v})
+			out = append(out, field{name: e.Name, key: k, val: v})
 		}
 	}
 	for _, m := range merged {
-		dup := false
-		for _, f := range out {
-			dup = dup || f.name == m.name
-		}
-		if !dup {
+		if !slices.ContainsFunc(out, func(o field) bool { return o.name == m.name }) {
 			out = append(out, m)
 		}
 	}
@@ -210,19 +105,15 @@ func (p *parser) fields(n *yaml.Node, where string, known ...string) []field {
 
 // merge reads the value of a merge key: a map, or a list of maps whose
 // earlier entries win.
-func (p *parser) merge(v *yaml.Node, where string, known []string) []field {
-	switch v.Kind {
-	case yaml.MappingNode:
+func (p *parser) merge(v yamlconf.Node, where string, known []string) []field {
+	switch v.Kind() {
+	case yamlconf.Map:
 		return p.fields(v, where, known...)
-	case yaml.SequenceNode:
+	case yamlconf.List:
 		var out []field
-		for _, item := range v.Content {
-			item = p.deref(item)
-			if item == nil {
-				return out
-			}
-			if item.Kind != yaml.MappingNode {
-				p.errorf(item, "a merge key in %s must name maps, got %s", where, describe(item))
+		for item := range v.Items() {
+			if item.Kind() != yamlconf.Map {
+				p.errorf(item, "a merge key in %s must name maps, got %s", where, item.Describe())
 				continue
 			}
 			for _, f := range p.fields(item, where, known...) {
@@ -233,39 +124,36 @@ func (p *parser) merge(v *yaml.Node, where string, known []string) []field {
 		}
 		return out
 	}
-	p.errorf(v, "a merge key in %s must name a map, got %s", where, describe(v))
+	p.errorf(v, "a merge key in %s must name a map, got %s", where, v.Describe())
 	return nil
 }
 
 // ignored checks a value Parse ignores as envoyproxy/ratelimit checks
 // every value: maps may only have envoyKeys, lists may only hold maps, and
 // no scalar may be a floating-point number.
-func (p *parser) ignored(n *yaml.Node) {
-	switch n.Kind {
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := p.deref(n.Content[i]), p.deref(n.Content[i+1])
-			if k == nil || v == nil {
-				return
-			}
-			if k.Kind != yaml.ScalarNode || (k.Tag != "!!merge" && !envoyKeys[k.Value]) {
-				p.errorf(k, "unknown field %s", describe(k))
+func (p *parser) ignored(n yamlconf.Node) {
+	switch n.Kind() {
+	case yamlconf.Map:
+		for e := range n.Entries() {
+			switch {
+			case e.Key.IsCollection():
+				p.errorf(e.Key, "unknown field %s", e.Key.Describe())
+				continue
+			case !e.Key.IsMerge() && !envoyKeys[e.Name]:
+				p.errorf(e.Key, "unknown field %q", e.Name)
 				continue
 			}
-			p.ignored(v)
+			p.ignored(e.Value)
 		}
-	case yaml.SequenceNode:
-		for _, item := range n.Content {
-			if item = p.deref(item); item == nil {
-				return
-			}
-			if item.Kind != yaml.MappingNode {
-				p.errorf(item, "a list may only hold maps, got %s", describe(item))
+	case yamlconf.List:
+		for item := range n.Items() {
+			if item.Kind() != yamlconf.Map {
+				p.errorf(item, "a list may only hold maps, got %s", item.Describe())
 				continue
 			}
 			p.ignored(item)
 		}
-	case yaml.ScalarNode:
+	case yamlconf.Scalar:
 		p.notFloat(n, "value")
 	}
 }
@@ -273,62 +161,52 @@ func (p *parser) ignored(n *yaml.Node) {
 // notFloat reports a floating-point scalar: envoyproxy/ratelimit refuses
 // files with one anywhere ("1.5", "2.0", "1e3"), even where a string is
 // expected; quote it to make it a string. It reports whether n is fine.
-func (p *parser) notFloat(n *yaml.Node, name string) bool {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" {
-		p.errorf(n, "invalid %s %s: a floating-point number, quote it if it is a string", name, describe(n))
+func (p *parser) notFloat(n yamlconf.Node, name string) bool {
+	if n.IsFloat() {
+		p.errorf(n, "invalid %s %s: a floating-point number, quote it if it is a string", name, n.Describe())
 		return false
 	}
 	return true
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
+func (p *parser) str(n yamlconf.Node, name string) string {
+	switch {
+	case n.IsNull():
+		return ""
+	case n.Kind() != yamlconf.Scalar:
+		p.errorf(n, "%s must be a string, got %s", name, n.Describe())
+		return ""
+	case !p.notFloat(n, name):
+		return ""
 	}
-	return false
+	return n.Text()
 }
 
-func (p *parser) str(n *yaml.Node, name string) string {
-	if isNull(n) {
-		return ""
-	}
-	if n.Kind != yaml.ScalarNode {
-		p.errorf(n, "%s must be a string, got %s", name, describe(n))
-		return ""
-	}
-	if !p.notFloat(n, name) {
-		return ""
-	}
-	return n.Value
-}
-
-func (p *parser) bool(n *yaml.Node, name string) bool {
-	if isNull(n) {
+// bool reads true or false, or YAML 1.1's yes, no, on and off, as
+// envoyproxy/ratelimit (go-yaml v2) does.
+func (p *parser) bool(n yamlconf.Node, name string) bool {
+	if n.IsNull() {
 		return false
 	}
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.errorf(n, "invalid %s %s, must be true or false", name, describe(n))
-		return false
+	b, ok := n.Bool()
+	if !ok {
+		p.errorf(n, "invalid %s %s, must be true or false", name, n.Describe())
 	}
 	return b
 }
 
 // uint32 reads a whole number between lo and math.MaxUint32.
-func (p *parser) uint32(n *yaml.Node, name string, lo int64) uint32 {
-	if isNull(n) {
+func (p *parser) uint32(n yamlconf.Node, name string, lo int64) uint32 {
+	if n.IsNull() {
 		return 0
 	}
-	var v int64
-	// The YAML decoder would truncate 1.5 to 1; and envoyproxy/ratelimit
-	// refuses any floating-point number, 2.0 and 1e3 included.
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!float" || n.Decode(&v) != nil {
-		p.errorf(n, "invalid %s %s, must be a whole number", name, describe(n))
-		return 0
-	}
+	// Int64 refuses 1.5, which the YAML decoder would truncate to 1, and
+	// 2.0 and 1e3, as envoyproxy/ratelimit refuses any floating-point number.
+	v, ok := n.Int64()
 	switch {
+	case !ok:
+		p.errorf(n, "invalid %s %s, must be a whole number", name, n.Describe())
+		return 0
 	case v < lo && lo == 1:
 		p.errorf(n, "invalid %s %d, must be > 0", name, v)
 		return 0
@@ -340,30 +218,22 @@ func (p *parser) uint32(n *yaml.Node, name string, lo int64) uint32 {
 }
 
 // file1 reads the document of one file.
-func (p *parser) file1(doc *yaml.Node) *Domain {
-	root := doc
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
-		root = doc.Content[0]
-	}
-	root = p.deref(root)
-	if root == nil {
+func (p *parser) file1(root yamlconf.Node) *Domain {
+	if root.IsNull() {
+		p.doc.Add(&Error{File: p.doc.File(), Line: 1, Msg: "empty domain"})
 		return nil
 	}
-	if isNull(root) || root.Kind == yaml.DocumentNode {
-		p.errs = append(p.errs, &Error{File: p.file, Line: 1, Msg: "empty domain"})
+	if root.Kind() != yamlconf.Map {
+		p.errorf(root, "a domain file must be a map with domain and descriptors, got %s", root.Describe())
 		return nil
 	}
-	if root.Kind != yaml.MappingNode {
-		p.errorf(root, "a domain file must be a map with domain and descriptors, got %s", describe(root))
-		return nil
-	}
-	d := &Domain{file: p.file, line: root.Line}
-	var list *yaml.Node
+	d := &Domain{file: p.doc.File(), line: root.Line()}
+	var list yamlconf.Node
 	found := false
 	for _, f := range p.fields(root, "the domain file", "domain", "descriptors") {
 		switch f.name {
 		case "domain":
-			d.name, d.line, found = p.str(f.val, "domain"), f.val.Line, true
+			d.name, d.line, found = p.str(f.val, "domain"), f.val.Line(), true
 			if d.name == "" {
 				p.errorf(f.val, "empty domain")
 			}
@@ -381,13 +251,12 @@ func (p *parser) file1(doc *yaml.Node) *Domain {
 
 // list reads a descriptors list into idx. path describes the nodes above
 // it, statsPrefix is their stats key with a trailing dot.
-func (p *parser) list(n *yaml.Node, idx *levelIndex, path []level, statsPrefix string, d *Domain, depth int) {
-	n = p.deref(n)
-	if isNull(n) {
+func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefix string, d *Domain, depth int) {
+	if n.IsNull() {
 		return
 	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "descriptors must be a list, got %s", describe(n))
+	if n.Kind() != yamlconf.List {
+		p.errorf(n, "descriptors must be a list, got %s", n.Describe())
 		return
 	}
 	if depth > maxDepth {
@@ -395,13 +264,9 @@ func (p *parser) list(n *yaml.Node, idx *levelIndex, path []level, statsPrefix s
 		return
 	}
 	seen := make(map[string]bool) // composite keys ("key" or "key_value") of this level
-	for _, item := range n.Content {
-		item = p.deref(item)
-		if item == nil {
-			return
-		}
-		if item.Kind != yaml.MappingNode {
-			p.errorf(item, "a descriptor must be a map with a key, got %s", describe(item))
+	for item := range n.Items() {
+		if item.Kind() != yamlconf.Map {
+			p.errorf(item, "a descriptor must be a map with a key, got %s", item.Describe())
 			continue
 		}
 		p.descriptor(item, idx, seen, path, statsPrefix, d, depth)
@@ -409,10 +274,10 @@ func (p *parser) list(n *yaml.Node, idx *levelIndex, path []level, statsPrefix s
 }
 
 // descriptor reads one descriptor into idx.
-func (p *parser) descriptor(item *yaml.Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int) {
+func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int) {
 	nd := &node{}
 	var (
-		rl, children, shareNode *yaml.Node
+		rl, children, shareNode yamlconf.Node
 		flags                   [5]bool // shadow, quota, detailed, toMetric, share
 	)
 	fs := p.fields(item, "a descriptor", "key", "value", "rate_limit", "descriptors",
@@ -438,8 +303,8 @@ func (p *parser) descriptor(item *yaml.Node, idx *levelIndex, seen map[string]bo
 		case "share_threshold":
 			flags[4], shareNode = p.bool(f.val, f.name), f.val
 		case "metadata":
-			if !isNull(f.val) && f.val.Kind != yaml.MappingNode {
-				p.errorf(f.val, "metadata must be a map, got %s", describe(f.val))
+			if !f.val.IsNull() && f.val.Kind() != yamlconf.Map {
+				p.errorf(f.val, "metadata must be a map, got %s", f.val.Describe())
 			}
 		}
 	}
@@ -466,7 +331,7 @@ func (p *parser) descriptor(item *yaml.Node, idx *levelIndex, seen map[string]bo
 	here := append(append(make([]level, 0, len(path)+1), path...), lv)
 	statsKey := statsPrefix + composite
 
-	if !isNull(rl) {
+	if !rl.IsNull() {
 		r := p.rateLimit(rl)
 		if r != nil {
 			r.Domain, r.StatsKey, r.Key, r.Value, r.Depth = d.name, statsKey, nd.key, nd.value, len(here)
@@ -474,7 +339,7 @@ func (p *parser) descriptor(item *yaml.Node, idx *levelIndex, seen map[string]bo
 				r.Pattern = nd.value
 			}
 			r.ShadowMode, r.QuotaMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold = flags[0], flags[1], flags[2], flags[3], flags[4]
-			r.File, r.Line, r.levels = p.file, item.Line, here
+			r.File, r.Line, r.levels = p.doc.File(), item.Line(), here
 			nd.rule = r
 			if valid {
 				d.rules = append(d.rules, r)
@@ -493,15 +358,15 @@ func (p *parser) descriptor(item *yaml.Node, idx *levelIndex, seen map[string]bo
 
 // rateLimit reads a rate_limit block. It returns nil when the block is
 // invalid (the problems are recorded) or not a map.
-func (p *parser) rateLimit(n *yaml.Node) *Rule {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "rate_limit must be a map, got %s", describe(n))
+func (p *parser) rateLimit(n yamlconf.Node) *Rule {
+	if n.Kind() != yamlconf.Map {
+		p.errorf(n, "rate_limit must be a map, got %s", n.Describe())
 		return nil
 	}
-	before := len(p.errs)
+	before := p.doc.ErrorCount()
 	r := &Rule{UnitMultiplier: 1}
-	var unit, burst, mult *yaml.Node
-	var replaced []*yaml.Node
+	var unit, burst, mult yamlconf.Node // the zero Node when absent
+	var replaced []yamlconf.Node
 	for _, f := range p.fields(n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "burst", "unit_multiplier") {
 		switch f.name {
 		case "unit":
@@ -525,16 +390,16 @@ func (p *parser) rateLimit(n *yaml.Node) *Rule {
 		}
 	}
 	unitName := ""
-	if unit != nil {
+	if !unit.IsZero() {
 		unitName = p.str(unit, "unit")
 	}
 	switch {
 	case r.Unlimited && validUnit(unitName):
 		// envoyproxy/ratelimit ignores a unit it does not know here.
 		p.errorf(unit, "should not specify rate limit unit %q when unlimited is true", unitName)
-	case r.Unlimited && burst != nil:
+	case r.Unlimited && !burst.IsZero():
 		p.errorf(burst, "should not specify burst when unlimited is true")
-	case r.Unlimited && mult != nil:
+	case r.Unlimited && !mult.IsZero():
 		p.errorf(mult, "should not specify unit_multiplier when unlimited is true")
 	case r.Unlimited:
 	case unitName == "":
@@ -569,7 +434,7 @@ func (p *parser) rateLimit(n *yaml.Node) *Rule {
 			p.errorf(replaced[i], "rule %q replaces itself", name)
 		}
 	}
-	if len(p.errs) > before {
+	if p.doc.ErrorCount() > before {
 		return nil
 	}
 	return r
@@ -587,21 +452,17 @@ func validUnit(name string) bool {
 
 // replaces reads the list of rules a rate_limit replaces: their names
 // (never empty) and the entries that named them.
-func (p *parser) replaces(n *yaml.Node) (names []string, at []*yaml.Node) {
-	if isNull(n) {
+func (p *parser) replaces(n yamlconf.Node) (names []string, at []yamlconf.Node) {
+	if n.IsNull() {
 		return nil, nil
 	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "replaces must be a list of {name: ...}, got %s", describe(n))
+	if n.Kind() != yamlconf.List {
+		p.errorf(n, "replaces must be a list of {name: ...}, got %s", n.Describe())
 		return nil, nil
 	}
-	for _, item := range n.Content {
-		item = p.deref(item)
-		if item == nil {
-			return names, at
-		}
-		if item.Kind != yaml.MappingNode {
-			p.errorf(item, "a replaces entry must be a map with a name, got %s", describe(item))
+	for item := range n.Items() {
+		if item.Kind() != yamlconf.Map {
+			p.errorf(item, "a replaces entry must be a map with a name, got %s", item.Describe())
 			continue
 		}
 		name := ""

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/internal/yamlconf"
 )
 
 // Sentinel errors for callers to branch on with errors.Is.
@@ -29,10 +30,13 @@ var (
 )
 
 // Error is one problem found in a limits file. The zero value is an empty
-// error; errors from this package always set Reason and Err.
+// error; errors from this package always set Reason and Err. Besides its
+// sentinel it unwraps to a *yamlconf.Error with the same position and
+// reason, the form every configuration format of this module shares.
 type Error struct {
 	File   string // file name as given to the parser; may be empty
 	Line   int    // 1-based line; 0 when unknown
+	Col    int    // 1-based column; 0 when unknown (not printed)
 	Name   string // limit name, when the problem concerns one
 	ID     string // override id, when the problem concerns one
 	Reason string // what is wrong, naming the name, id and rule
@@ -58,8 +62,14 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel error e wraps.
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns the sentinel error e wraps and e as a *yamlconf.Error.
+func (e *Error) Unwrap() []error {
+	pos := &yamlconf.Error{File: e.File, Line: e.Line, Col: e.Col, Msg: e.Reason}
+	if e.Err == nil {
+		return []error{pos}
+	}
+	return []error{e.Err, pos}
+}
 
 // ErrorList is every problem found while loading limits, in file and line
 // order. A nil or empty ErrorList is never returned as an error.

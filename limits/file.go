@@ -1,20 +1,15 @@
 package limits
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/internal/yamlconf"
 )
 
 // Defaults is a parsed defaults file: at most one default limit per name.
@@ -107,7 +102,8 @@ func LoadOverrides(path string) (*Overrides, error) {
 }
 
 // ParseDefaults parses a defaults file, a YAML map from limit name to
-// {burst, count, period}, where period is a Go duration such as 1s or 180m:
+// {burst, count, period}, where period is a Go duration such as 1s or 180m
+// (as yamlconf.ParseDuration reads it):
 //
 //	NewOrdersPerAccount:
 //	  burst: 300
@@ -119,24 +115,23 @@ func LoadOverrides(path string) (*Overrides, error) {
 // bucket that takes more than gcra.MaxBurstOffset to fill, and duplicate keys are errors. filename only labels the errors. All problems
 // are reported together as an ErrorList; an empty file yields no defaults.
 func ParseDefaults(filename string, data []byte) (*Defaults, error) {
-	p := &parser{file: filename, enums: map[int64]string{}}
+	p := newParser(filename, data)
 	d := &Defaults{}
-	root := p.root(data)
-	switch {
-	case root == nil:
-	case root.Kind != yaml.MappingNode:
-		p.errorf(root, "", "", ErrSyntax, "defaults must be a map from limit name to {burst, count, period}, got %s", kind(root))
-	default:
-		p.mapping(root, "defaults", func(k, v *yaml.Node) {
-			n, ok := p.name(k, k.Value)
+	switch root := p.doc.Root(); root.Kind() {
+	case yamlconf.Null:
+	case yamlconf.Map:
+		p.mapping(root, "defaults", func(k, v yamlconf.Node) {
+			n, ok := p.name(k, k.Text())
 			if !ok {
 				return
 			}
 			lim, _, ok := p.limit(v, k, n.Text, "", n.Text, false)
 			if ok {
-				d.list = append(d.list, Default{Name: n, Limit: lim, File: filename, Line: k.Line})
+				d.list = append(d.list, Default{Name: n, Limit: lim, File: filename, Line: k.Line()})
 			}
 		})
+	default:
+		p.errorf(root, "", "", ErrSyntax, "defaults must be a map from limit name to {burst, count, period}, got %s", root.Describe())
 	}
 	if err := p.err(); err != nil {
 		return nil, err
@@ -172,34 +167,32 @@ func ParseDefaults(filename string, data []byte) (*Defaults, error) {
 // reported together as an ErrorList; an empty file yields no overrides (the
 // caller decides whether that is acceptable on a reload).
 func ParseOverrides(filename string, data []byte) (*Overrides, error) {
-	p := &parser{file: filename, enums: map[int64]string{}}
+	p := newParser(filename, data)
 	o := &Overrides{}
 	seen := map[string]int{} // bucket key → line of its first override
-	add := func(ov Override) {
+	add := func(ov located) {
 		if first, dup := seen[ov.Key]; dup {
-			p.add(ov.Line, ov.Name.Text, ov.ID, ErrDuplicate,
-				fmt.Sprintf("duplicate override for %s id %q (bucket key %s), first at line %d", ov.Name.Text, ov.ID, ov.Key, first))
+			p.errorf(ov.at, ov.Name.Text, ov.ID, ErrDuplicate,
+				"duplicate override for %s id %q (bucket key %s), first at line %d", ov.Name.Text, ov.ID, ov.Key, first)
 			return
 		}
 		seen[ov.Key] = ov.Line
-		o.list = append(o.list, ov)
+		o.list = append(o.list, ov.Override)
 	}
-	root := p.root(data)
-	switch {
-	case root == nil:
-	case root.Kind == yaml.SequenceNode:
-		for _, item := range root.Content {
-			item = deref(item)
-			if item.Kind != yaml.MappingNode {
-				p.errorf(item, "", "", ErrSyntax, "override entry must be a map from a limit name to {burst, count, period, ids}, got %s", kind(item))
+	switch root := p.doc.Root(); root.Kind() {
+	case yamlconf.Null:
+	case yamlconf.List:
+		for item := range root.Items() {
+			if item.Kind() != yamlconf.Map {
+				p.errorf(item, "", "", ErrSyntax, "override entry must be a map from a limit name to {burst, count, period, ids}, got %s", item.Describe())
 				continue
 			}
-			if len(item.Content) == 0 {
+			if item.Len() == 0 {
 				p.errorf(item, "", "", ErrSyntax, "override entry is empty, want a limit name and {burst, count, period, ids}")
 				continue
 			}
-			p.mapping(item, "override entry", func(k, v *yaml.Node) {
-				n, ok := p.name(k, k.Value)
+			p.mapping(item, "override entry", func(k, v yamlconf.Node) {
+				n, ok := p.name(k, k.Text())
 				if !ok {
 					return
 				}
@@ -212,11 +205,11 @@ func ParseOverrides(filename string, data []byte) (*Overrides, error) {
 				}
 			})
 		}
-	case root.Kind == yaml.MappingNode:
-		p.mapping(root, "overrides", func(k, v *yaml.Node) {
-			nameText, id, found := strings.Cut(k.Value, ":")
+	case yamlconf.Map:
+		p.mapping(root, "overrides", func(k, v yamlconf.Node) {
+			nameText, id, found := strings.Cut(k.Text(), ":")
 			if !found || nameText == "" || id == "" {
-				p.errorf(k, nameText, id, ErrSyntax, "override key %q must be formatted 'Name:id'", k.Value)
+				p.errorf(k, nameText, id, ErrSyntax, "override key %q must be formatted 'Name:id'", k.Text())
 				return
 			}
 			n, ok := p.name(k, nameText)
@@ -224,14 +217,14 @@ func ParseOverrides(filename string, data []byte) (*Overrides, error) {
 				return
 			}
 			ov, idOK := p.override(k, n, id, "")
-			lim, _, ok := p.limit(v, k, n.Text, id, k.Value, false)
+			lim, _, ok := p.limit(v, k, n.Text, id, k.Text(), false)
 			if ok && idOK {
 				ov.Limit = lim
 				add(ov)
 			}
 		})
 	default:
-		p.errorf(root, "", "", ErrSyntax, "overrides must be a list of {Name: {burst, count, period, ids}} or a map from 'Name:id' to {burst, count, period}, got %s", kind(root))
+		p.errorf(root, "", "", ErrSyntax, "overrides must be a list of {Name: {burst, count, period, ids}} or a map from 'Name:id' to {burst, count, period}, got %s", root.Describe())
 	}
 	if err := p.err(); err != nil {
 		return nil, err
@@ -246,144 +239,86 @@ const maxErrors = 100
 // parser collects the errors found in one file. It is used by one
 // goroutine at a time.
 type parser struct {
-	file    string
+	doc     *yamlconf.Doc
 	errs    ErrorList
 	dropped int              // errors found beyond maxErrors
 	enums   map[int64]string // enum number → user-defined name using it
 }
 
-// add records an error at line.
-func (p *parser) add(line int, name, id string, sentinel error, reason string) {
+// newParser decodes data, recording a YAML syntax error or a second
+// document; the Doc's root is then null.
+func newParser(filename string, data []byte) *parser {
+	doc, err := yamlconf.Parse(filename, data, yamlconf.Options{OneDocument: true, LineOnly: true})
+	p := &parser{doc: doc, enums: map[int64]string{}}
+	var e *yamlconf.Error
+	switch {
+	case errors.As(err, &e) && errors.Is(err, yamlconf.ErrExtraDocument):
+		p.add(e.Line, e.Col, "", "", ErrSyntax, "a limits file holds one YAML document, found another")
+	case errors.As(err, &e):
+		p.add(e.Line, e.Col, "", "", ErrSyntax, "invalid YAML: "+e.Msg)
+	}
+	return p
+}
+
+// add records an error at line and col.
+func (p *parser) add(line, col int, name, id string, sentinel error, reason string) {
 	if len(p.errs) >= maxErrors {
 		p.dropped++
 		return
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Name: name, ID: id, Reason: reason, Err: sentinel})
+	p.errs = append(p.errs, &Error{File: p.doc.File(), Line: line, Col: col, Name: name, ID: id, Reason: reason, Err: sentinel})
 }
 
-// errorf records an error at n's line.
-func (p *parser) errorf(n *yaml.Node, name, id string, sentinel error, format string, args ...any) {
-	p.add(n.Line, name, id, sentinel, fmt.Sprintf(format, args...))
+// errorf records an error at n.
+func (p *parser) errorf(n yamlconf.Node, name, id string, sentinel error, format string, args ...any) {
+	p.add(n.Line(), n.Col(), name, id, sentinel, fmt.Sprintf(format, args...))
 }
 
-// err returns the errors found, sorted by line, or nil.
+// err returns the errors found, sorted by line, or nil. The Doc's own
+// problem, aliases that expand too far, is a syntax error kept even past
+// maxErrors.
 func (p *parser) err() error {
+	for _, e := range p.doc.Errors() {
+		p.errs = append(p.errs, &Error{File: e.File, Line: e.Line, Col: e.Col, Reason: e.Msg, Err: ErrSyntax})
+	}
 	if len(p.errs) == 0 {
 		return nil
 	}
 	slices.SortStableFunc(p.errs, func(a, b *Error) int { return a.Line - b.Line })
 	if p.dropped > 0 {
 		last := p.errs[len(p.errs)-1]
-		p.errs = append(p.errs, &Error{File: p.file, Line: last.Line, Err: last.Err,
+		p.errs = append(p.errs, &Error{File: p.doc.File(), Line: last.Line, Err: last.Err,
 			Reason: fmt.Sprintf("and %d more errors", p.dropped)})
 	}
 	return p.errs
 }
 
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
-
-// root decodes data and returns its top node, or nil for an empty (or
-// null) document or a syntax error.
-func (p *parser) root(data []byte) *yaml.Node {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if !errors.Is(err, io.EOF) {
-			p.syntax(err)
-		}
-		return nil
-	}
-	var extra yaml.Node
-	switch err := dec.Decode(&extra); {
-	case err == nil:
-		p.errorf(&extra, "", "", ErrSyntax, "a limits file holds one YAML document, found another")
-		return nil
-	case !errors.Is(err, io.EOF):
-		p.syntax(err)
-		return nil
-	}
-	n := &doc
-	if n.Kind == yaml.DocumentNode {
-		if len(n.Content) == 0 {
-			return nil
-		}
-		n = n.Content[0]
-	}
-	n = deref(n)
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
-	}
-	return n
-}
-
-// syntax records a YAML syntax error, with its line when the message has
-// one.
-func (p *parser) syntax(err error) {
-	msg := err.Error()
-	line := 0
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = msg[len(m[0]):]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	p.add(line, "", "", ErrSyntax, "invalid YAML: "+msg)
-}
-
-// deref follows aliases to the node they stand for.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-// kind describes n's kind for error messages.
-func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a map"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "an alias"
-}
-
 // mapping calls fn for each key and value of the map n, reporting
 // non-string and duplicate keys instead. what names the map in errors.
-func (p *parser) mapping(n *yaml.Node, what string, fn func(k, v *yaml.Node)) {
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), deref(n.Content[i+1])
-		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, "", "", ErrSyntax, "%s has a key that is %s, want a string", what, kind(k))
-			continue
+func (p *parser) mapping(n yamlconf.Node, what string, fn func(k, v yamlconf.Node)) {
+	for e := range n.Entries() {
+		switch {
+		case e.Key.IsCollection():
+			p.errorf(e.Key, "", "", ErrSyntax, "%s has a key that is %s, want a string", what, e.Key.Describe())
+		case e.Dup():
+			p.errorf(e.Key, "", "", ErrDuplicate, "duplicate key %q in %s, first at line %d", e.Name, what, e.First.Line())
+		default:
+			fn(e.Key, e.Value)
 		}
-		if first, dup := seen[k.Value]; dup {
-			p.errorf(k, "", "", ErrDuplicate, "duplicate key %q in %s, first at line %d", k.Value, what, first)
-			continue
-		}
-		seen[k.Value] = k.Line
-		fn(k, v)
 	}
 }
 
 // name parses a limit name written at node k, and checks that a
 // user-defined name's enum number is not taken by another name.
-func (p *parser) name(k *yaml.Node, text string) (Name, bool) {
+func (p *parser) name(k yamlconf.Node, text string) (Name, bool) {
 	n, err := ParseName(text)
 	if err != nil {
-		p.add(k.Line, text, "", ErrUnknownName, err.Error())
+		p.errorf(k, text, "", ErrUnknownName, "%s", err)
 		return Name{}, false
 	}
 	if !n.BuiltIn {
 		if other, ok := p.enums[n.Enum]; ok && other != n.Text {
-			p.add(k.Line, text, "", ErrDuplicate, collision(other, n))
+			p.errorf(k, text, "", ErrDuplicate, "%s", collision(other, n))
 			return Name{}, false
 		}
 		p.enums[n.Enum] = n.Text
@@ -399,60 +334,59 @@ func collision(other string, n Name) string {
 // limit decodes a {burst, count, period} map v, found under key k, for the
 // limit name (and override id, in the map form). subject names it in
 // messages. With withIDs the map must also have ids, returned unchecked.
-func (p *parser) limit(v, k *yaml.Node, name, id, subject string, withIDs bool) (lim gcra.Limit, ids *yaml.Node, ok bool) {
+func (p *parser) limit(v, k yamlconf.Node, name, id, subject string, withIDs bool) (lim gcra.Limit, ids yamlconf.Node, ok bool) {
 	want := "burst, count and period"
 	if withIDs {
 		want = "burst, count, period and ids"
 	}
-	if v.Kind != yaml.MappingNode {
-		line := v.Line
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			line = k.Line
+	if v.Kind() != yamlconf.Map {
+		at := v
+		if v.IsNull() {
+			at = k
 		}
-		p.add(line, name, id, ErrSyntax, fmt.Sprintf("%s must be a map with %s, got %s", subject, want, kind(v)))
-		return lim, nil, false
+		p.errorf(at, name, id, ErrSyntax, "%s must be a map with %s, got %s", subject, want, v.Describe())
+		return lim, ids, false
 	}
-	var burst, count, period *yaml.Node
+	var burst, count, period yamlconf.Node // the zero Node when absent
 	ok = true
-	p.mapping(v, subject, func(fk, fv *yaml.Node) {
+	p.mapping(v, subject, func(fk, fv yamlconf.Node) {
 		switch {
-		case fk.Value == "burst":
+		case fk.Text() == "burst":
 			burst = fv
-		case fk.Value == "count":
+		case fk.Text() == "count":
 			count = fv
-		case fk.Value == "period":
+		case fk.Text() == "period":
 			period = fv
-		case fk.Value == "ids" && withIDs:
+		case fk.Text() == "ids" && withIDs:
 			ids = fv
 		default:
-			p.add(fk.Line, name, id, ErrSyntax, fmt.Sprintf("unknown key %q in %s, want %s", fk.Value, subject, want))
+			p.errorf(fk, name, id, ErrSyntax, "unknown key %q in %s, want %s", fk.Text(), subject, want)
 			ok = false
 		}
 	})
-	missing := func(field string, n *yaml.Node) bool {
-		if n == nil || n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-			line := v.Line
-			if n != nil {
-				line = n.Line
-			}
-			p.add(line, name, id, ErrSyntax, fmt.Sprintf("missing %s for %s", field, subject))
-			ok = false
-			return true
+	missing := func(field string, n yamlconf.Node) bool {
+		if !n.IsNull() {
+			return false
 		}
-		return false
+		at := n
+		if n.IsZero() {
+			at = v
+		}
+		p.errorf(at, name, id, ErrSyntax, "missing %s for %s", field, subject)
+		ok = false
+		return true
 	}
-	integer := func(field string, n *yaml.Node) int64 {
+	integer := func(field string, n yamlconf.Node) int64 {
 		if missing(field, n) {
 			return 0
 		}
-		var x int64
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&x) != nil {
-			p.add(n.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid %s %s for %s, must be an integer", field, kind(n), subject))
+		x, isInt := n.Int64()
+		switch {
+		case !isInt:
+			p.errorf(n, name, id, ErrInvalidLimit, "invalid %s %s for %s, must be an integer", field, n.Describe(), subject)
 			ok = false
-			return 0
-		}
-		if x <= 0 {
-			p.add(n.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid %s %d for %s, must be > 0", field, x, subject))
+		case x <= 0:
+			p.errorf(n, name, id, ErrInvalidLimit, "invalid %s %d for %s, must be > 0", field, x, subject)
 			ok = false
 		}
 		return x
@@ -460,76 +394,80 @@ func (p *parser) limit(v, k *yaml.Node, name, id, subject string, withIDs bool) 
 	lim.Burst = integer("burst", burst)
 	lim.Count = integer("count", count)
 	if !missing("period", period) {
-		d, err := time.ParseDuration(period.Value)
+		d, isDuration := period.Duration()
 		switch {
-		case period.Kind != yaml.ScalarNode || err != nil:
-			p.add(period.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid period %s for %s, must be a duration such as 1s or 180m", kind(period), subject))
+		case !isDuration:
+			p.errorf(period, name, id, ErrInvalidLimit, "invalid period %s for %s, must be a duration such as 1s or 180m", period.Describe(), subject)
 			ok = false
 		case d <= 0:
-			p.add(period.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid period %s for %s, must be > 0", d, subject))
+			p.errorf(period, name, id, ErrInvalidLimit, "invalid period %s for %s, must be > 0", d, subject)
 			ok = false
 		case lim.Count > 0 && int64(d)/lim.Count <= 0:
-			p.add(period.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid period %s for %s with count %d, the emission interval period/count must be at least 1ns", d, subject, lim.Count))
+			p.errorf(period, name, id, ErrInvalidLimit, "invalid period %s for %s with count %d, the emission interval period/count must be at least 1ns", d, subject, lim.Count)
 			ok = false
 		}
 		lim.Period = d
 	}
 	if ok && lim.Valid() != nil {
 		// Everything else is checked above: the burst offset is too long.
-		p.add(burst.Line, name, id, ErrInvalidLimit, fmt.Sprintf("invalid burst %d for %s with count %d and period %s: an empty bucket would take more than %s (%d years) to fill",
-			lim.Burst, subject, lim.Count, lim.Period, gcra.MaxBurstOffset, gcra.MaxBurstOffset/(365*24*time.Hour)))
+		p.errorf(burst, name, id, ErrInvalidLimit, "invalid burst %d for %s with count %d and period %s: an empty bucket would take more than %s (%d years) to fill",
+			lim.Burst, subject, lim.Count, lim.Period, gcra.MaxBurstOffset, gcra.MaxBurstOffset/(365*24*time.Hour))
 		ok = false
 	}
-	if withIDs && ids == nil {
-		p.add(v.Line, name, id, ErrSyntax, fmt.Sprintf("missing ids for %s", subject))
+	if withIDs && ids.IsZero() {
+		p.errorf(v, name, id, ErrSyntax, "missing ids for %s", subject)
 		ok = false
 	}
 	return lim, ids, ok
 }
 
+// located is an override and the node of its id, for messages.
+type located struct {
+	Override
+	at yamlconf.Node
+}
+
 // ids decodes the ids list of a list-form entry for n, each a string or
 // number, or a map {id, comment}, and returns the valid ones.
-func (p *parser) ids(list *yaml.Node, n Name) []Override {
-	if list == nil {
+func (p *parser) ids(list yamlconf.Node, n Name) []located {
+	if list.IsZero() {
 		return nil
 	}
-	if list.Kind != yaml.SequenceNode {
-		p.errorf(list, n.Text, "", ErrSyntax, "ids for %s must be a list, got %s", n.Text, kind(list))
+	if list.Kind() != yamlconf.List {
+		p.errorf(list, n.Text, "", ErrSyntax, "ids for %s must be a list, got %s", n.Text, list.Describe())
 		return nil
 	}
-	if len(list.Content) == 0 {
+	if list.Len() == 0 {
 		p.errorf(list, n.Text, "", ErrSyntax, "ids for %s is empty, want at least one id", n.Text)
 		return nil
 	}
-	var out []Override
-	for _, item := range list.Content {
-		item = deref(item)
-		var id, comment *yaml.Node
-		switch item.Kind {
-		case yaml.ScalarNode:
+	var out []located
+	for item := range list.Items() {
+		var id, comment yamlconf.Node // the zero Node when absent
+		switch item.Kind() {
+		case yamlconf.Scalar, yamlconf.Null:
 			id = item
-		case yaml.MappingNode:
-			if len(item.Content) == 2 {
-				k, v := deref(item.Content[0]), deref(item.Content[1])
-				if k.Kind == yaml.ScalarNode && k.Value != "id" && k.Value != "comment" && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-					// "- 2001:db8::" reads as the map {"2001:db8:": null}.
-					p.errorf(k, n.Text, k.Value+":", ErrSyntax, "id %q of %s must be quoted: YAML reads an id ending in ':' as a map key", k.Value+":", n.Text)
-					continue
+		case yamlconf.Map:
+			if unquoted(item) {
+				// "- 2001:db8::" reads as the map {"2001:db8:": null}.
+				for e := range item.Entries() {
+					p.errorf(e.Key, n.Text, e.Name+":", ErrSyntax, "id %q of %s must be quoted: YAML reads an id ending in ':' as a map key", e.Name+":", n.Text)
 				}
+				continue
 			}
 			bad := false
-			p.mapping(item, "id of "+n.Text, func(k, v *yaml.Node) {
-				switch k.Value {
+			p.mapping(item, "id of "+n.Text, func(k, v yamlconf.Node) {
+				switch k.Text() {
 				case "id":
 					id = v
 				case "comment":
 					comment = v
 				default:
-					p.errorf(k, n.Text, "", ErrSyntax, "unknown key %q in id of %s, want id and comment", k.Value, n.Text)
+					p.errorf(k, n.Text, "", ErrSyntax, "unknown key %q in id of %s, want id and comment", k.Text(), n.Text)
 					bad = true
 				}
 			})
-			if id == nil {
+			if id.IsZero() {
 				p.errorf(item, n.Text, "", ErrSyntax, "missing id in id of %s", n.Text)
 				continue
 			}
@@ -537,23 +475,23 @@ func (p *parser) ids(list *yaml.Node, n Name) []Override {
 				continue
 			}
 		default:
-			p.errorf(item, n.Text, "", ErrSyntax, "id of %s must be a string or a map {id, comment}, got %s", n.Text, kind(item))
+			p.errorf(item, n.Text, "", ErrSyntax, "id of %s must be a string or a map {id, comment}, got %s", n.Text, item.Describe())
 			continue
 		}
-		if id.Kind != yaml.ScalarNode {
-			p.errorf(id, n.Text, "", ErrSyntax, "id of %s must be a string, got %s", n.Text, kind(id))
+		if id.IsCollection() {
+			p.errorf(id, n.Text, "", ErrSyntax, "id of %s must be a string, got %s", n.Text, id.Describe())
 			continue
 		}
 		c := ""
-		if comment != nil {
-			if comment.Kind != yaml.ScalarNode {
-				p.errorf(comment, n.Text, id.Value, ErrSyntax, "comment for %s id %q must be a string, got %s", n.Text, id.Value, kind(comment))
+		if !comment.IsZero() {
+			if comment.IsCollection() {
+				p.errorf(comment, n.Text, id.Text(), ErrSyntax, "comment for %s id %q must be a string, got %s", n.Text, id.Text(), comment.Describe())
 				continue
 			}
-			c = comment.Value
+			c = comment.Text()
 		}
-		value := id.Value
-		if id.Tag == "!!null" {
+		value := id.Text()
+		if id.IsNull() {
 			value = ""
 		}
 		if ov, ok := p.override(id, n, value, c); ok {
@@ -563,21 +501,33 @@ func (p *parser) ids(list *yaml.Node, n Name) []Override {
 	return out
 }
 
+// unquoted reports whether the id map m is an unquoted id that YAML read
+// as a key: one string key, neither id nor comment, with a null value.
+func unquoted(m yamlconf.Node) bool {
+	if m.Len() != 1 {
+		return false
+	}
+	for e := range m.Entries() {
+		return !e.Key.IsCollection() && e.Name != "id" && e.Name != "comment" && e.Value.IsNull()
+	}
+	return false
+}
+
 // override checks the override id of n written at node at, and returns the
 // override without its limit.
-func (p *parser) override(at *yaml.Node, n Name, id, comment string) (Override, bool) {
+func (p *parser) override(at yamlconf.Node, n Name, id, comment string) (located, bool) {
 	k, rule := overrideID(n.Format, id)
 	if rule != "" {
 		err := &IDError{Name: n.Text, ID: id, Rule: rule}
-		p.add(at.Line, n.Text, id, ErrInvalidID, err.Error())
-		return Override{}, false
+		p.errorf(at, n.Text, id, ErrInvalidID, "%s", err)
+		return located{}, false
 	}
-	return Override{
+	return located{Override: Override{
 		Name:    n,
 		ID:      id,
 		Key:     enumPrefix(n.Enum) + k,
 		Comment: comment,
-		File:    p.file,
-		Line:    at.Line,
-	}, true
+		File:    p.doc.File(),
+		Line:    at.Line(),
+	}, at: at}, true
 }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/internal/yamlconf"
 )
 
 // parseFixture parses testdata/file with ParseDefaults when its name says
@@ -276,6 +278,39 @@ func TestErrorCarriesNameAndID(t *testing.T) {
 	}
 	if !errors.Is(err, ErrInvalidID) {
 		t.Errorf("got %v, want it to wrap ErrInvalidID", err)
+	}
+}
+
+func TestAliasesThatExpandTooFarAreStopped(t *testing.T) {
+	t.Parallel()
+	// 2000 entries share one list of 2000 ids: 4 million ids to check.
+	var b strings.Builder
+	b.WriteString("- NewOrdersPerAccount: {burst: 1, count: 1, period: 1s, ids: &i [1")
+	for i := 2; i <= 2000; i++ {
+		fmt.Fprintf(&b, ",%d", i)
+	}
+	b.WriteString("]}\n")
+	for range 2000 {
+		b.WriteString("- NewOrdersPerAccount: {burst: 1, count: 1, period: 1s, ids: *i}\n")
+	}
+	_, err := ParseOverrides("o.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "aliases expand to too many nodes") || !errors.Is(err, ErrSyntax) {
+		t.Errorf("got %.200v, want a syntax error about aliases", err)
+	}
+}
+
+func TestErrorsAreAlsoYamlconfErrors(t *testing.T) {
+	t.Parallel()
+	_, _, err := parseFixture(t, "bad_overrides_bad_id.yaml")
+	var e *yamlconf.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("got %T, want a *yamlconf.Error inside", err)
+	}
+	if e.File != "bad_overrides_bad_id.yaml" || e.Line != 7 || e.Col != 9 || !strings.HasPrefix(e.Msg, `invalid id "2001:db8::/47"`) {
+		t.Errorf("got %+v, want bad_overrides_bad_id.yaml:7:9 and the invalid id", *e)
+	}
+	if !errors.Is(err, ErrInvalidID) {
+		t.Errorf("got %v, want it to still wrap ErrInvalidID", err)
 	}
 }
 
