@@ -9,7 +9,7 @@
 // EVALSHA (EVAL when a node answers NOSCRIPT, which loads it again). The
 // script reads the buckets, decides as package gcra and package window do,
 // and writes, all atomically; Go then computes every Result field from the
-// state the script read, with the same pure functions as the memory store.
+// state the script read with store.Evaluate, as the memory store decides.
 // Lua's numbers are doubles, so the script does its nanosecond arithmetic on
 // exact (seconds, nanoseconds) pairs; see batchScript. Concurrent calls are
 // pipelined over a few connections per node (rueidis auto-pipelining).
