@@ -171,7 +171,8 @@ func (s *Store) Policy() Policy { return s.policy }
 // Do sends b to the primary while it is healthy. When the primary fails
 // with an error wrapping store.ErrUnavailable or a deadline, or is already
 // marked down, Do answers by the policy; other errors (store.ErrBadBatch)
-// are returned as they are.
+// are returned as they are. A bad batch is refused with store.ErrBadBatch
+// under every policy, the primary down or not.
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	if !s.healthy.Load() {
 		return s.fallBack(ctx, now, b, out, errDown)
@@ -200,16 +201,18 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	return s.fallBack(ctx, now, b, out, err)
 }
 
-// fallBack answers b by the policy; cause is why the primary did not.
+// fallBack answers b by the policy; cause is why the primary did not. A
+// batch no store accepts is refused with store.ErrBadBatch first, as the
+// primary would refuse it, whatever the policy.
 func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out []store.Result, cause error) error {
+	if err := check(b, out); err != nil {
+		return err
+	}
 	s.m.answers.Inc()
 	switch s.policy {
 	case Local:
 		return s.local.Do(ctx, now, b, out)
 	case Allow, Deny:
-		if len(out) < len(b.Ops) {
-			return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(b.Ops))
-		}
 		for i := range b.Ops {
 			if s.policy == Deny {
 				out[i] = store.Result{RetryIn: s.o.DenyRetryIn, ResetIn: s.o.DenyRetryIn}
@@ -228,6 +231,23 @@ func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out 
 		cause = fmt.Errorf("%w: %w", store.ErrUnavailable, cause)
 	}
 	return cause
+}
+
+// check returns the error, wrapping store.ErrBadBatch, with which every
+// store refuses b: a short out, an invalid operation, a bucket named twice.
+func check(b store.Batch, out []store.Result) error {
+	if len(out) < len(b.Ops) {
+		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(b.Ops))
+	}
+	for i := range b.Ops {
+		if err := b.Ops[i].Validate(); err != nil {
+			return err
+		}
+	}
+	if _, i, dup := store.Duplicate(b.Ops); dup {
+		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, b.Ops[i].Key)
+	}
+	return nil
 }
 
 // markDown records the primary as unavailable and starts the probe.

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
+	"github.com/sluice-rl/sluice/store/storetest"
 )
 
 var now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -307,4 +308,68 @@ type tlog struct{ t *testing.T }
 func (w tlog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// TestConformance runs the store suite through the wrapper: with the
+// primary healthy, batches go to it; with the primary down and the local
+// policy, every batch is decided by the local store.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		policy fallback.Policy
+		down   bool
+	}{
+		{name: "primary up", policy: fallback.Error},
+		{name: "primary down, local policy", policy: fallback.Local, down: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, func(t *testing.T) store.Store {
+				p := newFlaky()
+				p.down.Store(tc.down)
+				s, err := fallback.New(p, tc.policy, memory.New(memory.Options{}), fallback.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			})
+		})
+	}
+}
+
+// TestBadBatchesAreRefusedWhileDown: a batch no store accepts is refused
+// with store.ErrBadBatch by every policy, as the primary would refuse it,
+// not allowed, denied or blamed on the primary.
+func TestBadBatchesAreRefusedWhileDown(t *testing.T) {
+	t.Parallel()
+	dup := spend("a")
+	dup.Ops[1].Key = dup.Ops[0].Key
+	negative := spend("a")
+	negative.Ops[0].Cost = -1
+	for _, policy := range []fallback.Policy{fallback.Error, fallback.Allow, fallback.Deny, fallback.Local} {
+		for _, bad := range []struct {
+			name string
+			b    store.Batch
+		}{
+			{name: "a bucket named twice", b: dup},
+			{name: "a negative cost", b: negative},
+		} {
+			t.Run(policy.String()+", "+bad.name, func(t *testing.T) {
+				t.Parallel()
+				p := newFlaky()
+				p.down.Store(true)
+				s, err := fallback.New(p, policy, memory.New(memory.Options{}), fallback.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				for round := range 2 { // finding the primary down, then knowing it
+					if err := s.Do(context.Background(), now, bad.b, make([]store.Result, 2)); !errors.Is(err, store.ErrBadBatch) {
+						t.Fatalf("round %d: got %v, want ErrBadBatch", round, err)
+					}
+				}
+			})
+		}
+	}
 }

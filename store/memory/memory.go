@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/store"
-	"github.com/sluice-rl/sluice/window"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -134,7 +133,8 @@ func (s *Store) shardOf(key string) int {
 }
 
 // Do applies b at now. The shards the batch touches are locked in ascending
-// order, so batches never deadlock and each is applied as if alone.
+// order, so batches never deadlock and each is applied as if alone; under
+// the locks, store.Evaluate decides the batch.
 func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	ops := b.Ops
 	if len(out) < len(ops) {
@@ -150,20 +150,23 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 	}
 	nowNs := now.UnixNano()
 	if len(ops) == 1 {
-		sh := &s.shards[s.shardOf(ops[0].Key)]
+		// One op is its own batch: nothing for all-or-nothing to block.
+		op := &ops[0]
+		sh := &s.shards[s.shardOf(op.Key)]
 		sh.mu.Lock()
-		e, live, present := sh.get(ops[0].Key, nowNs)
-		r, next := evaluate(&ops[0], e, live, now, nowNs)
+		st, present := sh.get(op.Key, nowNs)
+		r, w, next := op.Evaluate(now, st)
 		out[0] = r
-		sh.do(apply(&ops[0], &out[0], false), ops[0].Key, next, present, nowNs)
+		sh.do(w, op, next, present, nowNs)
 		sh.mu.Unlock()
 		return nil
 	}
-	return s.doMany(ops, b.AllOrNothing, now, nowNs, out)
+	return s.doMany(b, now, nowNs, out)
 }
 
 // doMany is Do for batches of more than one operation.
-func (s *Store) doMany(ops []store.Op, allOrNothing bool, now time.Time, nowNs int64, out []store.Result) error {
+func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Result) error {
+	ops := b.Ops
 	var idxBuf [32]int
 	idx := idxBuf[:0]
 	if len(ops) > len(idxBuf) {
@@ -189,159 +192,54 @@ func (s *Store) doMany(ops []store.Op, allOrNothing bool, now time.Time, nowNs i
 		}
 	}()
 
-	var wBuf [32]entry
-	writes := wBuf[:0]
-	var pBuf [32]bool
-	present := pBuf[:0]
-	if len(ops) > len(wBuf) {
-		writes = make([]entry, 0, len(ops))
-		present = make([]bool, 0, len(ops))
-	}
-	denied := false
-	for i := range ops {
-		e, live, there := s.shards[idx[i]].get(ops[i].Key, nowNs)
-		r, next := evaluate(&ops[i], e, live, now, nowNs)
-		out[i] = r
-		writes = append(writes, next)
-		present = append(present, there)
-		if !r.Allowed && decides(&ops[i]) {
-			denied = true
-		}
+	var (
+		stBuf [32]store.State
+		wBuf  [32]store.Write
+		pBuf  [32]bool
+	)
+	states, writes, present := stBuf[:], wBuf[:], pBuf[:]
+	if len(ops) > len(stBuf) {
+		states = make([]store.State, len(ops))
+		writes = make([]store.Write, len(ops))
+		present = make([]bool, len(ops))
 	}
 	for i := range ops {
-		w := apply(&ops[i], &out[i], allOrNothing && denied)
-		s.shards[idx[i]].do(w, ops[i].Key, writes[i], present[i], nowNs)
+		states[i], present[i] = s.shards[idx[i]].get(ops[i].Key, nowNs)
+	}
+	store.Evaluate(now, b, states, out, writes)
+	for i := range ops {
+		s.shards[idx[i]].do(writes[i], &ops[i], states[i], present[i], nowNs)
 	}
 	return nil
 }
 
-// decides reports whether op's decision counts toward its batch's.
-func decides(op *store.Op) bool {
-	return op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.Check)
-}
-
-// evaluate computes op's result on the bucket state e (ok: the bucket
-// exists) and the state to write if the operation is applied.
-func evaluate(op *store.Op, e entry, ok bool, now time.Time, nowNs int64) (store.Result, entry) {
-	if op.Algorithm == store.FixedWindow {
-		return evaluateWindow(op, e, ok, now)
-	}
-	p := op.Limit.Params()
-	switch op.Action {
-	case store.Reset:
-		return store.Result{Allowed: true, Remaining: op.Limit.Burst, Applied: ok}, entry{}
-	case store.Refund:
-		if !ok {
-			return store.Result{Remaining: op.Limit.Burst}, entry{}
-		}
-		r := p.Refund(nowNs, e.tat, op.Cost)
-		return store.Result{Allowed: r.Allowed, Remaining: r.Remaining, ResetIn: time.Duration(r.ResetIn)}, entry{tat: r.TAT, exp: r.TAT}
-	default:
-		tat := nowNs
-		if ok {
-			tat = e.tat
-		}
-		r := p.Spend(nowNs, tat, op.Cost)
-		return store.Result{
-			Allowed:   r.Allowed,
-			Remaining: r.Remaining,
-			RetryIn:   time.Duration(r.RetryIn),
-			ResetIn:   time.Duration(r.ResetIn),
-		}, entry{tat: r.TAT, exp: r.TAT}
-	}
-}
-
-func evaluateWindow(op *store.Op, e entry, ok bool, now time.Time) (store.Result, entry) {
-	r, next := windowResult(op, e, ok, now)
-	if !r.Allowed {
-		// Over the limit until the window ends.
-		r.RetryIn = r.ResetIn
-	}
-	return r, next
-}
-
-func windowResult(op *store.Op, e entry, ok bool, now time.Time) (store.Result, entry) {
-	length := int64(op.Window.Length / time.Second)
-	start := window.Start(now, length)
-	var count int64
-	if ok && e.start == start {
-		count = e.count
-	}
-	resetIn := window.ResetIn(now, length)
-	next := entry{start: start, exp: (start + length) * int64(time.Second)}
-	switch op.Action {
-	case store.Reset:
-		return store.Result{Allowed: true, Remaining: op.Window.Limit, ResetIn: resetIn, Applied: ok}, entry{}
-	case store.Refund:
-		after := max(count-op.Cost, 0)
-		h := window.Hit(after, 0, op.Window.Limit)
-		next.count = after
-		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: after}, next
-	case store.Check:
-		h := window.Hit(count, op.Cost, op.Window.Limit)
-		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: count}, next
-	default:
-		h := window.Hit(count, op.Cost, op.Window.Limit)
-		next.count = h.After
-		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: h.After}, next
-	}
-}
-
-// write is what applying an operation does to its bucket.
-type write uint8
-
-const (
-	keep write = iota
-	put
-	remove
-)
-
-// apply decides what op does to its bucket given its result r (which it
-// updates: Applied), and blocked: the batch is all-or-nothing and denied.
-func apply(op *store.Op, r *store.Result, blocked bool) write {
-	w := keep
-	switch {
-	case op.Action == store.Reset:
-		if r.Applied && !blocked {
-			w = remove
-		}
-	case op.Algorithm == store.FixedWindow:
-		// Envoy counts every hit, over the limit or not.
-		if op.Action != store.Check && op.Cost != 0 {
-			w = put
-		}
-	case op.Action == store.Spend || op.Action == store.SpendOnly:
-		if !blocked && r.Allowed && op.Cost != 0 {
-			w = put
-		}
-	case op.Action == store.Refund:
-		if !blocked && r.Allowed {
-			w = put
-		}
-	}
-	r.Applied = w != keep
-	return w
-}
-
-// do carries out w for key. requires sh.mu held.
-func (sh *shard) do(w write, key string, e entry, present bool, nowNs int64) {
+// do carries out w for op's bucket, next being the state to put. requires
+// sh.mu held.
+func (sh *shard) do(w store.Write, op *store.Op, next store.State, present bool, nowNs int64) {
 	switch w {
-	case put:
-		sh.put(key, e, present, nowNs)
-	case remove:
-		delete(sh.buckets, key)
+	case store.Put:
+		// The bucket may be dropped once it is full again: past its TAT,
+		// or at the end of its window.
+		exp := next.TAT
+		if op.Algorithm == store.FixedWindow {
+			exp = (next.Start + int64(op.Window.Length/time.Second)) * int64(time.Second)
+		}
+		sh.put(op.Key, entry{exp: exp, tat: next.TAT, start: next.Start, count: next.Count}, present, nowNs)
+	case store.Remove:
+		delete(sh.buckets, op.Key)
 	}
 }
 
-// get returns the state of key: live reports a bucket that is not yet full
-// again; present reports an entry in the map, live or expired (an expired
-// entry is left for put to overwrite, or for a sweep). requires sh.mu held.
-func (sh *shard) get(key string, nowNs int64) (e entry, live, present bool) {
-	e, present = sh.buckets[key]
+// get returns the state of key, missing when the map holds no entry or an
+// expired one (full again); present reports an entry in the map, live or
+// expired (an expired entry is left for put to overwrite, or for a sweep).
+// requires sh.mu held.
+func (sh *shard) get(key string, nowNs int64) (st store.State, present bool) {
+	e, present := sh.buckets[key]
 	if !present || e.exp <= nowNs {
-		return entry{}, false, present
+		return store.State{}, present
 	}
-	return e, true, true
+	return store.State{Exists: true, TAT: e.tat, Start: e.start, Count: e.count}, true
 }
 
 // put stores e under key; present says whether the map holds key already.

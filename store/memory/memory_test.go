@@ -82,3 +82,25 @@ func TestBadOperationsAreRefused(t *testing.T) {
 		t.Errorf("short output: got nil error, want one")
 	}
 }
+
+func TestLongBatches(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{Shards: 4})
+	now := storetest.Base()
+	l := gcra.Limit{Burst: 1, Count: 1, Period: time.Hour}
+	ops := make([]store.Op, 40) // more than the stack buffers hold
+	for i := range ops {
+		ops[i] = store.Op{Key: fmt.Sprint("long", i), Algorithm: store.GCRA, Action: store.Spend, Limit: l, Cost: 1}
+	}
+	out := make([]store.Result, len(ops))
+	for round, want := range []bool{true, false} {
+		if err := s.Do(context.Background(), now, store.Batch{Ops: ops, AllOrNothing: true}, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range out {
+			if r.Allowed != want || r.Applied != want {
+				t.Fatalf("round %d, op %d: got %+v, want allowed and applied %v", round, i, r, want)
+			}
+		}
+	}
+}

@@ -115,7 +115,7 @@ func (s *Store) do(ctx context.Context, now time.Time, b store.Batch, out []stor
 
 	denied := false
 	for i := range ops {
-		if decides(&ops[i]) && !out[i].Allowed {
+		if ops[i].Decides() && !out[i].Allowed {
 			denied = true
 			break
 		}
@@ -160,11 +160,6 @@ func (s *Store) do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		s.fillArgs(&calls[i], ops, now, stageDeferred, false)
 	}
 	return s.exec(ctx, now, ops, calls, nil, out)
-}
-
-// decides reports whether op's decision counts toward its batch's.
-func decides(op *store.Op) bool {
-	return op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.Check)
 }
 
 // deferred reports whether op, in a multi-slot all-or-nothing batch, waits
@@ -329,7 +324,7 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 			if err != nil && !rueidis.IsRedisNil(err) {
 				return s.fail(err)
 			}
-			out[i] = windowResult(op, now, count, false)
+			out[i] = result(op, now, count, true, false)
 			k++
 			continue
 		}
@@ -337,7 +332,7 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		if isOverflow(err) {
 			// The count would pass the largest integer Redis holds:
 			// saturated, over any limit, and this hit not counted.
-			out[i] = windowResult(op, now, math.MaxInt64, false)
+			out[i] = result(op, now, math.MaxInt64, true, false)
 			k += 2
 			continue
 		}
@@ -347,7 +342,7 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		if err != nil {
 			return s.fail(err)
 		}
-		out[i] = windowResult(op, now, after-op.Cost, op.Cost != 0)
+		out[i] = result(op, now, after-op.Cost, true, op.Cost != 0)
 		k += 2
 	}
 	return nil
@@ -394,12 +389,31 @@ func (s *Store) scriptResults(now time.Time, ops []store.Op, c *call, resp rueid
 		}
 		op := &ops[i]
 		if op.Algorithm == store.GCRA {
-			out[i] = gcraResult(op, gnow, v, st != "", applied == 1)
+			out[i] = result(op, time.Unix(0, gnow), v, st != "", applied == 1)
 		} else {
-			out[i] = windowResult(op, wnow, v, applied == 1)
+			out[i] = result(op, wnow, v, st != "", applied == 1)
 		}
 	}
 	return nil
+}
+
+// result is op's Result at now on the state Redis read for its bucket, a
+// GCRA TAT or a window count v (ok: the key existed), as store.Evaluate
+// decides it, but with Applied as Redis reports it: the script or the
+// Envoy commands changed the bucket, not Go, and what they did can differ
+// from what Evaluate would say of op alone (an all-or-nothing slot group,
+// an evaluate-only first round, a count past the int64 range).
+func result(op *store.Op, now time.Time, v int64, ok, applied bool) store.Result {
+	st := store.State{Exists: ok}
+	if op.Algorithm == store.GCRA {
+		st.TAT = v
+	} else {
+		// The key names its window: the count is the current window's.
+		st.Start, st.Count = window.Start(now, int64(op.Window.Length/time.Second)), v
+	}
+	r, _, _ := op.Evaluate(now, st)
+	r.Applied = applied
+	return r
 }
 
 // retryable marks cmd, c's script call, for one immediate retry on a

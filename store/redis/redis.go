@@ -9,7 +9,7 @@
 // EVALSHA (EVAL when a node answers NOSCRIPT, which loads it again). The
 // script reads the buckets, decides as package gcra and package window do,
 // and writes, all atomically; Go then computes every Result field from the
-// state the script read, with the same pure functions as the memory store.
+// state the script read with store.Evaluate, as the memory store decides.
 // Lua's numbers are doubles, so the script does its nanosecond arithmetic on
 // exact (seconds, nanoseconds) pairs; see batchScript. Concurrent calls are
 // pipelined over a few connections per node (rueidis auto-pipelining).
@@ -102,7 +102,6 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/store"
-	"github.com/sluice-rl/sluice/window"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -412,60 +411,4 @@ func parseInt(s string) (int64, error) {
 		return 0, fmt.Errorf("%w: %q is not an integer", errProtocol, s)
 	}
 	return n, nil
-}
-
-// windowResult is the Result of a fixed-window op on a counter that held
-// count before it, as the memory store computes it: a denied result is
-// over the limit until the window ends.
-func windowResult(op *store.Op, now time.Time, count int64, applied bool) store.Result {
-	r := windowDecision(op, now, count, applied)
-	if !r.Allowed {
-		r.RetryIn = r.ResetIn
-	}
-	return r
-}
-
-func windowDecision(op *store.Op, now time.Time, count int64, applied bool) store.Result {
-	length := int64(op.Window.Length / time.Second)
-	resetIn := window.ResetIn(now, length)
-	lim := op.Window.Limit
-	switch op.Action {
-	case store.Reset:
-		return store.Result{Allowed: true, Remaining: lim, ResetIn: resetIn, Applied: applied}
-	case store.Refund:
-		after := max(count-op.Cost, 0)
-		h := window.Hit(after, 0, lim)
-		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: after, Applied: applied}
-	case store.Check:
-		h := window.Hit(count, op.Cost, lim)
-		return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: count}
-	}
-	h := window.Hit(count, op.Cost, lim)
-	return store.Result{Allowed: !h.Over, Remaining: h.Remaining, ResetIn: resetIn, Count: h.After, Applied: applied}
-}
-
-// gcraResult is the Result of a GCRA op at now (Unix ns) on a bucket whose
-// TAT was tat (ok: the bucket existed, its TAT after now).
-func gcraResult(op *store.Op, now, tat int64, ok, applied bool) store.Result {
-	switch op.Action {
-	case store.Reset:
-		return store.Result{Allowed: true, Remaining: op.Limit.Burst, Applied: applied}
-	case store.Refund:
-		if !ok {
-			return store.Result{Remaining: op.Limit.Burst}
-		}
-		r := op.Limit.Params().Refund(now, tat, op.Cost)
-		return store.Result{Allowed: r.Allowed, Remaining: r.Remaining, ResetIn: time.Duration(r.ResetIn), Applied: applied}
-	}
-	if !ok {
-		tat = now
-	}
-	r := op.Limit.Params().Spend(now, tat, op.Cost)
-	return store.Result{
-		Allowed:   r.Allowed,
-		Remaining: r.Remaining,
-		RetryIn:   time.Duration(r.RetryIn),
-		ResetIn:   time.Duration(r.ResetIn),
-		Applied:   applied,
-	}
 }

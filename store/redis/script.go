@@ -1,9 +1,10 @@
 package redis
 
 // batchScript applies one slot group of a batch atomically. Go computes
-// every Result field from what the script returns (the state it read), with
-// the same pure functions the other stores use; the script only has to make
-// the same allow/deny decisions and write the same new state, exactly.
+// every Result field from what the script returns (the state it read) with
+// store.Evaluate, the function the other stores decide with; the script is
+// its twin inside Redis and only has to make the same allow/deny decisions
+// and write the same new state, exactly (the property test checks it).
 //
 // Lua numbers are doubles, exact only up to 2^53, and Unix nanoseconds are
 // about 1.8e18. So every nanosecond quantity is carried as a pair (h, l)
@@ -36,7 +37,7 @@ package redis
 // nanoseconds (decimal), state the bucket's state before the op as stored
 // (a GCRA TAT, "" when missing or not after now; a window count, "" when
 // missing), applied 1 when the op changed its bucket (or, for a window
-// refund of a non-zero cost, would have: the memory store's convention).
+// refund of a non-zero cost, would have: store.Evaluate's convention).
 //
 // A GCRA write is SET key TAT PX ms with ms = ceil((TAT-now)/1ms) + 1000:
 // the key vanishes one second after the bucket is full again, measured from

@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite every store.Store backend
 // passes: the same scenarios, driven by one fake time, run against the
-// in-memory store, Redis single node and Redis Cluster.
+// in-memory store, Redis single node and Redis Cluster, and the fallback
+// wrapper.
 //
 // A backend's test calls Run with a constructor:
 //
