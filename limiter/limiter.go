@@ -56,9 +56,9 @@ var (
 )
 
 // Kind is what a transaction does to its bucket. It is the one kind enum of
-// Sluice, shared with the stores (it is store.Action); the zero value means
+// Sluice, shared with the stores (it is store.Kind); the zero value means
 // CheckAndSpend in a Transaction.
-type Kind = store.Action
+type Kind = store.Kind
 
 // The kinds.
 const (
@@ -367,7 +367,7 @@ func (sc *scratch) release() {
 
 // op is the store operation of an enabled transaction.
 func op(t *Transaction) store.Op {
-	o := store.Op{Key: t.Key, Action: t.Kind, Cost: t.Cost}
+	o := store.Op{Key: t.Key, Kind: t.Kind, Cost: t.Cost}
 	if t.Window.Length != 0 {
 		o.Algorithm, o.Window = store.FixedWindow, t.Window
 	} else {

@@ -39,7 +39,7 @@ const (
 // Spend or Check. In an all-or-nothing batch, one such operation denied
 // blocks the batch's writes.
 func (op *Op) Decides() bool {
-	return op.Algorithm == GCRA && (op.Action == Spend || op.Action == Check)
+	return op.Algorithm == GCRA && (op.Kind == Spend || op.Kind == Check)
 }
 
 // Evaluate decides op at now on its bucket's prior state as if op were
@@ -64,7 +64,7 @@ func (op *Op) evaluate(now time.Time, st *State, r *Result) Write {
 	nowNs := now.UnixNano()
 	live := st.Exists && st.TAT > nowNs
 	p := op.Limit.Params()
-	switch op.Action {
+	switch op.Kind {
 	case Reset:
 		*r = Result{Allowed: true, Remaining: op.Limit.Burst, Applied: live}
 		*st = State{}
@@ -97,7 +97,7 @@ func (op *Op) evaluate(now time.Time, st *State, r *Result) Write {
 		tat = st.TAT
 	}
 	g := p.Spend(nowNs, tat, op.Cost)
-	put := op.Action != Check && g.Allowed && op.Cost != 0
+	put := op.Kind != Check && g.Allowed && op.Cost != 0
 	*r = Result{
 		Allowed:   g.Allowed,
 		Remaining: g.Remaining,
@@ -127,7 +127,7 @@ func (op *Op) evaluateWindow(now time.Time, st *State, r *Result) Write {
 	resetIn := window.ResetIn(now, length)
 	w := Keep
 	after := count
-	switch op.Action {
+	switch op.Kind {
 	case Reset:
 		*r = Result{Allowed: true, Remaining: op.Window.Limit, ResetIn: resetIn, Applied: live}
 		*st = State{}
@@ -193,7 +193,7 @@ func Evaluate(now time.Time, b Batch, states []State, out []Result, writes []Wri
 		return
 	}
 	for i := range ops {
-		if ops[i].Algorithm == GCRA || ops[i].Action == Reset {
+		if ops[i].Algorithm == GCRA || ops[i].Kind == Reset {
 			out[i].Applied = false
 			writes[i] = Keep
 		}

@@ -19,12 +19,12 @@ var (
 	fivePerMin = store.Window{Limit: 5, Length: time.Minute}
 )
 
-func gcraOp(a store.Action, cost int64) store.Op {
-	return store.Op{Key: "g", Algorithm: store.GCRA, Action: a, Limit: tenPerSec, Cost: cost}
+func gcraOp(a store.Kind, cost int64) store.Op {
+	return store.Op{Key: "g", Algorithm: store.GCRA, Kind: a, Limit: tenPerSec, Cost: cost}
 }
 
-func windowOp(a store.Action, cost int64) store.Op {
-	return store.Op{Key: "w_", Algorithm: store.FixedWindow, Action: a, Window: fivePerMin, Cost: cost}
+func windowOp(a store.Kind, cost int64) store.Op {
+	return store.Op{Key: "w_", Algorithm: store.FixedWindow, Kind: a, Window: fivePerMin, Cost: cost}
 }
 
 func TestOpEvaluate(t *testing.T) {
@@ -223,7 +223,7 @@ func TestEvaluateAllOrNothing(t *testing.T) {
 			store.Evaluate(t0, store.Batch{Ops: ops, AllOrNothing: tc.allOrNothing}, states, out, writes)
 			for i := range ops {
 				if out[i].Applied != tc.wantApplied[i] || (writes[i] != store.Keep) != tc.wantApplied[i] {
-					t.Errorf("op %d (%s %s): got applied %v, write %d, want applied %v", i, ops[i].Action, ops[i].Key, out[i].Applied, writes[i], tc.wantApplied[i])
+					t.Errorf("op %d (%s %s): got applied %v, write %d, want applied %v", i, ops[i].Kind, ops[i].Key, out[i].Applied, writes[i], tc.wantApplied[i])
 				}
 			}
 		})
@@ -265,7 +265,7 @@ func (m *literal) do(now time.Time, b store.Batch) []store.Result {
 	for i, op := range b.Ops {
 		if op.Algorithm == store.GCRA {
 			out[i], writes[i] = m.gcra(n, op)
-			if (op.Action == store.Spend || op.Action == store.Check) && !out[i].Allowed {
+			if (op.Kind == store.Spend || op.Kind == store.Check) && !out[i].Allowed {
 				denied = true
 			}
 		} else {
@@ -279,7 +279,7 @@ func (m *literal) do(now time.Time, b store.Batch) []store.Result {
 	for i, op := range b.Ops {
 		w := writes[i]
 		switch {
-		case op.Action == store.Reset:
+		case op.Kind == store.Reset:
 			if blocked {
 				out[i].Applied = false
 				continue
@@ -311,7 +311,7 @@ func (m *literal) gcra(n int64, op store.Op) (store.Result, literalWrite) {
 	if ok && tat <= n {
 		ok = false // full again: the same as no bucket
 	}
-	switch op.Action {
+	switch op.Kind {
 	case store.Reset:
 		return store.Result{Allowed: true, Remaining: op.Limit.Burst, Applied: ok}, literalWrite{}
 	case store.Refund:
@@ -327,7 +327,7 @@ func (m *literal) gcra(n int64, op store.Op) (store.Result, literalWrite) {
 	}
 	r := p.Spend(n, tat, op.Cost)
 	res := store.Result{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: time.Duration(r.RetryIn), ResetIn: time.Duration(r.ResetIn)}
-	put := op.Action != store.Check && r.Allowed && op.Cost != 0
+	put := op.Kind != store.Check && r.Allowed && op.Cost != 0
 	res.Applied = put
 	return res, literalWrite{put: put, tat: r.TAT}
 }
@@ -339,7 +339,7 @@ func (m *literal) window(now time.Time, op store.Op) (store.Result, literalWrite
 	count, ok := m.count[ckey]
 	resetIn := window.ResetIn(now, length)
 	w := literalWrite{ckey: ckey}
-	switch op.Action {
+	switch op.Kind {
 	case store.Reset:
 		return store.Result{Allowed: true, Remaining: op.Window.Limit, ResetIn: resetIn, Applied: ok}, w
 	case store.Check:
@@ -415,7 +415,7 @@ func TestEvaluateMatchesTheLiteralReading(t *testing.T) {
 			now = now.Add(time.Duration(rng.Int64N(int64([]time.Duration{1, time.Microsecond, 300 * ms, 20 * time.Second}[rng.IntN(4)]))))
 			b := store.Batch{AllOrNothing: rng.IntN(2) == 0}
 			for _, k := range rng.Perm(6)[:1+rng.IntN(4)] {
-				op := store.Op{Key: strconv.Itoa(k), Action: store.Action(1 + rng.IntN(5))}
+				op := store.Op{Key: strconv.Itoa(k), Kind: store.Kind(1 + rng.IntN(5))}
 				if k < 4 {
 					op.Algorithm, op.Limit = store.GCRA, limits[k%len(limits)]
 					op.Cost = rng.Int64N(op.Limit.Burst + 2)

@@ -27,13 +27,15 @@ const (
 	FixedWindow
 )
 
-// Action is what an operation does to its bucket.
-type Action uint8
+// Kind is what an operation does to its bucket. It is Sluice's one kind
+// enum: limiter.Kind and client.Kind are this type, and each wire format
+// translates to it at its edge. The zero value is not a valid kind.
+type Kind uint8
 
 const (
 	// Spend takes Cost tokens (GCRA) or adds Cost hits (FixedWindow). Its
 	// decision counts toward the batch's decision.
-	Spend Action = iota + 1
+	Spend Kind = iota + 1
 	// Check decides exactly as Spend would but never changes the bucket.
 	Check
 	// SpendOnly takes Cost tokens when it can, without its decision counting
@@ -50,10 +52,10 @@ const (
 	Reset
 )
 
-// String names the action as Sluice's HTTP API spells a transaction's
+// String names the kind as Sluice's HTTP API spells a transaction's
 // kind: check_and_spend, check_only, spend_only, refund, reset.
-func (a Action) String() string {
-	switch a {
+func (k Kind) String() string {
+	switch k {
 	case Spend:
 		return "check_and_spend"
 	case Check:
@@ -65,7 +67,7 @@ func (a Action) String() string {
 	case Reset:
 		return "reset"
 	}
-	return fmt.Sprintf("kind(%d)", uint8(a))
+	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
 // Window is a fixed-window limit: Limit hits per window of Length. Length
@@ -81,7 +83,7 @@ type Op struct {
 	// the window; the backend adds the window start.
 	Key       string
 	Algorithm Algorithm
-	Action    Action
+	Kind      Kind
 	// Limit is the GCRA limit; it MUST be valid for GCRA operations.
 	Limit gcra.Limit
 	// Window is the fixed-window limit; Length MUST be positive for
@@ -142,16 +144,16 @@ type Store interface {
 var ErrUnavailable = errors.New("store unavailable")
 
 // ErrBadBatch reports a batch a store refuses: a repeated bucket, an unknown
-// algorithm or action, or an output slice that is too short.
+// algorithm or kind, or an output slice that is too short.
 var ErrBadBatch = errors.New("bad batch")
 
 // Validate reports an operation no backend accepts, wrapping ErrBadBatch:
-// an unknown algorithm or action, an invalid GCRA limit (a Reset needs
+// an unknown algorithm or kind, an invalid GCRA limit (a Reset needs
 // none), a window that is not a whole number of seconds, a negative cost.
 func (op *Op) Validate() error {
 	switch op.Algorithm {
 	case GCRA:
-		if op.Action != Reset {
+		if op.Kind != Reset {
 			if err := op.Limit.Valid(); err != nil {
 				return fmt.Errorf("%w: bucket %q: %w", ErrBadBatch, op.Key, err)
 			}
@@ -163,8 +165,8 @@ func (op *Op) Validate() error {
 	default:
 		return fmt.Errorf("%w: bucket %q: unknown algorithm %d", ErrBadBatch, op.Key, op.Algorithm)
 	}
-	if op.Action < Spend || op.Action > Reset {
-		return fmt.Errorf("%w: bucket %q: unknown action %d", ErrBadBatch, op.Key, op.Action)
+	if op.Kind < Spend || op.Kind > Reset {
+		return fmt.Errorf("%w: bucket %q: unknown kind %d", ErrBadBatch, op.Key, op.Kind)
 	}
 	if op.Cost < 0 {
 		return fmt.Errorf("%w: bucket %q: negative cost %d", ErrBadBatch, op.Key, op.Cost)

@@ -57,8 +57,8 @@ func (f *flaky) Ping(ctx context.Context) error {
 
 func spend(key string) store.Batch {
 	return store.Batch{Ops: []store.Op{
-		{Key: key, Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1},
-		{Key: key + "w_", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 7, Length: time.Minute}, Cost: 1},
+		{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1},
+		{Key: key + "w_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 7, Length: time.Minute}, Cost: 1},
 	}}
 }
 

@@ -31,7 +31,7 @@ func BenchmarkDecision(b *testing.B) {
 	s := memory.New(memory.Options{})
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	ops := []store.Op{{Algorithm: store.GCRA, Action: store.Spend, Limit: benchLimit, Cost: 1}}
+	ops := []store.Op{{Algorithm: store.GCRA, Kind: store.Spend, Limit: benchLimit, Cost: 1}}
 	out := make([]store.Result, 1)
 	for i := range benchKeys { // populate: measure decisions, not inserts
 		ops[0].Key = benchKeyList[i]
@@ -59,7 +59,7 @@ func BenchmarkDecisionHotKey(b *testing.B) {
 	s := memory.New(memory.Options{})
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	ops := []store.Op{{Key: "1:10.0.0.1", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}}
+	ops := []store.Op{{Key: "1:10.0.0.1", Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}}
 	out := make([]store.Result, 1)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -79,7 +79,7 @@ func BenchmarkDecisionParallel(b *testing.B) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		ops := []store.Op{{Algorithm: store.GCRA, Action: store.Spend, Limit: benchLimit, Cost: 1}}
+		ops := []store.Op{{Algorithm: store.GCRA, Kind: store.Spend, Limit: benchLimit, Cost: 1}}
 		out := make([]store.Result, 1)
 		i := int(next.Add(7919)) % benchKeys
 		for pb.Next() {
@@ -102,7 +102,7 @@ func BenchmarkBatch5(b *testing.B) {
 	now := time.Unix(1_800_000_000, 0)
 	ops := make([]store.Op, 5)
 	for i := range ops {
-		ops[i] = store.Op{Key: benchKeyList[i], Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}
+		ops[i] = store.Op{Key: benchKeyList[i], Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 1000, Count: 1000, Period: time.Second}, Cost: 1}
 	}
 	out := make([]store.Result, 5)
 	b.ReportAllocs()

@@ -27,7 +27,7 @@ func TestEntriesAreBounded(t *testing.T) {
 	l := gcra.Limit{Burst: 10, Count: 1, Period: time.Hour}
 	out := make([]store.Result, 1)
 	for i := range 1000 {
-		op := store.Op{Key: fmt.Sprint("k", i), Algorithm: store.GCRA, Action: store.Spend, Limit: l, Cost: 1}
+		op := store.Op{Key: fmt.Sprint("k", i), Algorithm: store.GCRA, Kind: store.Spend, Limit: l, Cost: 1}
 		if err := s.Do(context.Background(), now, store.Batch{Ops: []store.Op{op}}, out); err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestRefilledBucketsAreSwept(t *testing.T) {
 	l := gcra.Limit{Burst: 10, Count: 10, Period: time.Second}
 	out := make([]store.Result, 1)
 	spend := func(at time.Time, key string) {
-		op := store.Op{Key: key, Algorithm: store.GCRA, Action: store.Spend, Limit: l, Cost: 1}
+		op := store.Op{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: l, Cost: 1}
 		if err := s.Do(context.Background(), at, store.Batch{Ops: []store.Op{op}}, out); err != nil {
 			t.Fatal(err)
 		}
@@ -66,11 +66,11 @@ func TestBadOperationsAreRefused(t *testing.T) {
 	t.Parallel()
 	s := memory.New(memory.Options{})
 	bad := []store.Op{
-		{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{}, Cost: 1},
-		{Key: "a", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 1, Length: 1500 * time.Millisecond}, Cost: 1},
-		{Key: "a", Algorithm: 9, Action: store.Spend, Cost: 1},
-		{Key: "a", Algorithm: store.GCRA, Action: 0, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Second}},
-		{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Second}, Cost: -1},
+		{Key: "a", Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{}, Cost: 1},
+		{Key: "a", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 1, Length: 1500 * time.Millisecond}, Cost: 1},
+		{Key: "a", Algorithm: 9, Kind: store.Spend, Cost: 1},
+		{Key: "a", Algorithm: store.GCRA, Kind: 0, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Second}},
+		{Key: "a", Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Second}, Cost: -1},
 	}
 	for i, op := range bad {
 		err := s.Do(context.Background(), storetest.Base(), store.Batch{Ops: []store.Op{op}}, make([]store.Result, 1))
@@ -90,7 +90,7 @@ func TestLongBatches(t *testing.T) {
 	l := gcra.Limit{Burst: 1, Count: 1, Period: time.Hour}
 	ops := make([]store.Op, 40) // more than the stack buffers hold
 	for i := range ops {
-		ops[i] = store.Op{Key: fmt.Sprint("long", i), Algorithm: store.GCRA, Action: store.Spend, Limit: l, Cost: 1}
+		ops[i] = store.Op{Key: fmt.Sprint("long", i), Algorithm: store.GCRA, Kind: store.Spend, Limit: l, Cost: 1}
 	}
 	out := make([]store.Result, len(ops))
 	for round, want := range []bool{true, false} {

@@ -92,7 +92,7 @@ func (s *Store) do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	calls := callBuf[:0]
 	for i := range ops {
 		op := &ops[i]
-		if s.envoy && op.Algorithm == store.FixedWindow && op.Action != store.Refund && op.Action != store.Reset {
+		if s.envoy && op.Algorithm == store.FixedWindow && op.Kind != store.Refund && op.Kind != store.Reset {
 			plain = append(plain, i)
 			continue
 		}
@@ -125,7 +125,7 @@ func (s *Store) do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		// Give back what the admitting slots took.
 		for i := range ops {
 			op := &ops[i]
-			if op.Algorithm == store.GCRA && (op.Action == store.Spend || op.Action == store.SpendOnly) && out[i].Applied {
+			if op.Algorithm == store.GCRA && (op.Kind == store.Spend || op.Kind == store.SpendOnly) && out[i].Applied {
 				calls = s.addOp(calls, ops, i, now)
 			}
 		}
@@ -166,7 +166,7 @@ func (s *Store) do(ctx context.Context, now time.Time, b store.Batch, out []stor
 // until every slot has admitted the batch: a write that all-or-nothing
 // blocks and a refund could not undo.
 func deferred(op *store.Op) bool {
-	return op.Action == store.Reset || (op.Algorithm == store.GCRA && op.Action == store.Refund)
+	return op.Kind == store.Reset || (op.Algorithm == store.GCRA && op.Kind == store.Refund)
 }
 
 // key returns op's Redis key: for a window, with the window start unless
@@ -235,7 +235,7 @@ func (s *Store) fillArgs(c *call, ops []store.Op, now time.Time, st stage, aon b
 			a = strconv.FormatInt(op.Cost, 10)
 			b = strconv.FormatInt(int64(op.Window.Length/time.Second), 10)
 		}
-		code[1] = actionLetter[op.Action]
+		code[1] = actionLetter[op.Kind]
 		switch {
 		case st == stageCompensate:
 			code[1] = 'f'
@@ -274,7 +274,7 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 	for _, i := range plain {
 		op := &ops[i]
 		key := s.key(op, now)
-		if op.Action == store.Check {
+		if op.Kind == store.Check {
 			cmds = append(cmds, s.client.B().Get().Key(key).Build())
 			continue
 		}
@@ -319,7 +319,7 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 	k := len(calls)
 	for _, i := range plain {
 		op := &ops[i]
-		if op.Action == store.Check {
+		if op.Kind == store.Check {
 			count, err := resps[k].AsInt64()
 			if err != nil && !rueidis.IsRedisNil(err) {
 				return s.fail(err)

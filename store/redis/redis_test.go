@@ -64,13 +64,13 @@ func TestGCRATimeline(t *testing.T) {
 	t.Parallel()
 	_, s := single(t, redis.Options{KeyPrefix: "t:"})
 	lim := gcra.Limit{Burst: 3, Count: 1, Period: time.Second}
-	op := func(a store.Action, cost int64) store.Batch {
-		return store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: a, Limit: lim, Cost: cost}}}
+	op := func(a store.Kind, cost int64) store.Batch {
+		return store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Kind: a, Limit: lim, Cost: cost}}}
 	}
 	steps := []struct {
 		name          string
 		at            time.Duration
-		action        store.Action
+		action        store.Kind
 		cost          int64
 		wantAllowed   bool
 		wantRemaining int64
@@ -104,14 +104,14 @@ func TestRejectsBadBatches(t *testing.T) {
 		out  int
 	}{
 		{name: "a repeated bucket", b: store.Batch{Ops: []store.Op{
-			{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: lim},
-			{Key: "a", Algorithm: store.GCRA, Action: store.Check, Limit: lim},
+			{Key: "a", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim},
+			{Key: "a", Algorithm: store.GCRA, Kind: store.Check, Limit: lim},
 		}}, out: 2},
-		{name: "a short output slice", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: lim}}}},
-		{name: "an unknown algorithm", b: store.Batch{Ops: []store.Op{{Key: "a", Action: store.Spend, Limit: lim}}}, out: 1},
-		{name: "an invalid limit", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.GCRA, Action: store.Spend}}}, out: 1},
-		{name: "a negative cost", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: -1}}}, out: 1},
-		{name: "a fractional window", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 1, Length: 1500 * time.Millisecond}}}}, out: 1},
+		{name: "a short output slice", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim}}}},
+		{name: "an unknown algorithm", b: store.Batch{Ops: []store.Op{{Key: "a", Kind: store.Spend, Limit: lim}}}, out: 1},
+		{name: "an invalid limit", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.GCRA, Kind: store.Spend}}}, out: 1},
+		{name: "a negative cost", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: -1}}}, out: 1},
+		{name: "a fractional window", b: store.Batch{Ops: []store.Op{{Key: "a", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 1, Length: 1500 * time.Millisecond}}}}, out: 1},
 	} {
 		err := s.Do(context.Background(), base, tc.b, make([]store.Result, tc.out))
 		if !errors.Is(err, store.ErrBadBatch) {
@@ -144,7 +144,7 @@ func randomBatch(rng *rand.Rand, envoy bool) store.Batch {
 	keys := rng.Perm(7)[:n]
 	b := store.Batch{AllOrNothing: rng.IntN(2) == 0}
 	for _, k := range keys {
-		op := store.Op{Action: store.Action(1 + rng.IntN(5))}
+		op := store.Op{Kind: store.Kind(1 + rng.IntN(5))}
 		if k < 4 {
 			op.Key = "g" + strconv.Itoa(k)
 			op.Algorithm = store.GCRA
@@ -284,7 +284,7 @@ func hammer(t *testing.T, s store.Store, burst, limit int64) (gcraAdmitted, wind
 			out := make([]store.Result, 1)
 			for range tries {
 				if err := s.Do(context.Background(), base, store.Batch{Ops: []store.Op{
-					{Key: "hot", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1},
+					{Key: "hot", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1},
 				}}, out); err != nil {
 					errs <- err
 					return
@@ -293,7 +293,7 @@ func hammer(t *testing.T, s store.Store, burst, limit int64) (gcraAdmitted, wind
 					g.Add(1)
 				}
 				if err := s.Do(context.Background(), base, store.Batch{Ops: []store.Op{
-					{Key: "hotw_", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: limit, Length: time.Hour}, Cost: 1},
+					{Key: "hotw_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: limit, Length: time.Hour}, Cost: 1},
 				}}, out); err != nil {
 					errs <- err
 					return
@@ -352,9 +352,9 @@ func TestOneScriptCallPerBatch(t *testing.T) {
 	lim := gcra.Limit{Burst: 10, Count: 10, Period: time.Minute}
 	b := store.Batch{AllOrNothing: true}
 	for i := range 5 {
-		b.Ops = append(b.Ops, store.Op{Key: "k" + strconv.Itoa(i), Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1})
+		b.Ops = append(b.Ops, store.Op{Key: "k" + strconv.Itoa(i), Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1})
 	}
-	b.Ops = append(b.Ops, store.Op{Key: "w_", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 5, Length: time.Minute}, Cost: 1})
+	b.Ops = append(b.Ops, store.Op{Key: "w_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 5, Length: time.Minute}, Cost: 1})
 	do(t, s, base, b) // loads the script
 	before := srv.CommandCalls()
 	const batches = 10
@@ -384,7 +384,7 @@ func TestReloadsTheScriptAfterAFlush(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv, s := single(t, redis.Options{Registerer: reg})
 	lim := gcra.Limit{Burst: 2, Count: 1, Period: time.Minute}
-	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1}}}
+	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1}}}
 	do(t, s, base, b)
 	srv.MustDo("SCRIPT", "FLUSH")
 	if r := do(t, s, base, b)[0]; !r.Allowed || r.Remaining != 0 {
@@ -402,8 +402,8 @@ func TestClockServer(t *testing.T) {
 	// The caller's now is a century off: it must not matter.
 	callerNow := time.Date(1990, 1, 1, 0, 0, 0, 0, time.UTC)
 	b := store.Batch{Ops: []store.Op{
-		{Key: "g", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1},
-		{Key: "w_", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 5, Length: time.Hour}, Cost: 1},
+		{Key: "g", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1},
+		{Key: "w_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 5, Length: time.Hour}, Cost: 1},
 	}}
 	before := time.Now()
 	r := do(t, s, callerNow, b)
@@ -437,7 +437,7 @@ func TestEnvoyCompatibleLayout(t *testing.T) {
 	// As envoyproxy/ratelimit builds it: domain_key_value_..._ then the
 	// window start in Unix seconds.
 	const descriptor = "mongo_cps_database_users_"
-	b := store.Batch{Ops: []store.Op{{Key: descriptor, Algorithm: store.FixedWindow, Action: store.Spend,
+	b := store.Batch{Ops: []store.Op{{Key: descriptor, Algorithm: store.FixedWindow, Kind: store.Spend,
 		Window: store.Window{Limit: 500, Length: time.Minute}, Cost: 3}}}
 	before := srv.CommandCalls()
 	r := do(t, s, now, b)
@@ -460,7 +460,7 @@ func TestEnvoyCompatibleLayout(t *testing.T) {
 
 	// envoyproxy/ratelimit counts into the same key: both agree.
 	srv.MustDo("INCRBY", key, "2")
-	r = do(t, s, now, store.Batch{Ops: []store.Op{{Key: descriptor, Algorithm: store.FixedWindow, Action: store.Check,
+	r = do(t, s, now, store.Batch{Ops: []store.Op{{Key: descriptor, Algorithm: store.FixedWindow, Kind: store.Check,
 		Window: store.Window{Limit: 500, Length: time.Minute}, Cost: 1}}})
 	if r[0].Count != 5 || r[0].Remaining != 494 {
 		t.Errorf("check after another server's hits: got %+v, want count 5, remaining 494", r[0])
@@ -471,7 +471,7 @@ func TestGCRAKeyLayout(t *testing.T) {
 	t.Parallel()
 	srv, s := single(t, redis.Options{KeyPrefix: "sl:"})
 	lim := gcra.Limit{Burst: 10, Count: 10, Period: 10 * time.Second} // E = 1s
-	do(t, s, base, store.Batch{Ops: []store.Op{{Key: "3:12345", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 4}}})
+	do(t, s, base, store.Batch{Ops: []store.Op{{Key: "3:12345", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 4}}})
 	want := base.Add(4 * time.Second).UnixNano()
 	if v := srv.MustDo("GET", "sl:3:12345"); v != strconv.FormatInt(want, 10) {
 		t.Errorf("GET: got %v, want %d (the TAT in Unix ns)", v, want)
@@ -504,7 +504,7 @@ func TestAuthAndTLS(t *testing.T) {
 			}
 			s := newStore(t, o)
 			lim := gcra.Limit{Burst: 1, Count: 1, Period: time.Minute}
-			if r := do(t, s, base, store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1}}}); !r[0].Allowed {
+			if r := do(t, s, base, store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1}}}); !r[0].Allowed {
 				t.Errorf("got %+v, want allowed", r[0])
 			}
 
@@ -528,7 +528,7 @@ func TestSentinel(t *testing.T) {
 	st := redistest.StartSentinel(t, 2, redistest.WithPassword("pw"))
 	s := newStore(t, redis.Options{Addrs: st.Addrs(), Mode: redis.Sentinel, MasterName: st.MasterName, Password: "pw"})
 	lim := gcra.Limit{Burst: 1, Count: 1, Period: time.Minute}
-	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1}}}
+	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1}}}
 	if r := do(t, s, base, b); !r[0].Allowed {
 		t.Errorf("first spend: got %+v, want allowed", r[0])
 	}
@@ -568,17 +568,17 @@ func TestClusterAllOrNothingAcrossSlots(t *testing.T) {
 	lim := gcra.Limit{Burst: 5, Count: 5, Period: time.Hour}
 	one := gcra.Limit{Burst: 1, Count: 1, Period: time.Hour}
 	// Empty kb's one-token bucket.
-	do(t, s, base, store.Batch{Ops: []store.Op{{Key: kb, Algorithm: store.GCRA, Action: store.Spend, Limit: one, Cost: 1}}})
+	do(t, s, base, store.Batch{Ops: []store.Op{{Key: kb, Algorithm: store.GCRA, Kind: store.Spend, Limit: one, Cost: 1}}})
 	b := store.Batch{AllOrNothing: true, Ops: []store.Op{
-		{Key: ka, Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 2},
-		{Key: kb, Algorithm: store.GCRA, Action: store.Spend, Limit: one, Cost: 1},
+		{Key: ka, Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 2},
+		{Key: kb, Algorithm: store.GCRA, Kind: store.Spend, Limit: one, Cost: 1},
 	}}
 	r := do(t, s, base, b)
 	if !r[0].Allowed || r[0].Applied || r[1].Allowed || r[1].Applied {
 		t.Fatalf("got %+v, want the first allowed but not applied, the second denied", r)
 	}
 	// ka was given back: a peek sees the full bucket.
-	peek := do(t, s, base, store.Batch{Ops: []store.Op{{Key: ka, Algorithm: store.GCRA, Action: store.Check, Limit: lim}}})
+	peek := do(t, s, base, store.Batch{Ops: []store.Op{{Key: ka, Algorithm: store.GCRA, Kind: store.Check, Limit: lim}}})
 	if peek[0].Remaining != 5 {
 		t.Errorf("after the compensation: got %d remaining, want 5", peek[0].Remaining)
 	}
@@ -600,8 +600,8 @@ func TestUnavailable(t *testing.T) {
 		out := make([]store.Result, 2)
 		start := time.Now()
 		err := s.Do(context.Background(), base, store.Batch{Ops: []store.Op{
-			{Key: key, Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1},
-			{Key: key + "w_", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 10, Length: time.Minute}, Cost: 1},
+			{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1},
+			{Key: key + "w_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 10, Length: time.Minute}, Cost: 1},
 		}}, out)
 		return time.Since(start), err
 	}
@@ -677,7 +677,7 @@ func TestHungServer(t *testing.T) {
 	t.Parallel()
 	const timeout = 150 * time.Millisecond
 	srv, s := single(t, redis.Options{Timeout: timeout})
-	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Action: store.Spend, Limit: gcra.Limit{Burst: 100, Count: 1, Period: time.Second}, Cost: 1}}}
+	b := store.Batch{Ops: []store.Op{{Key: "k", Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 100, Count: 1, Period: time.Second}, Cost: 1}}}
 	do(t, s, base, b)
 	const long = 4 * time.Second
 	slow := newStore(t, redis.Options{Addrs: []string{srv.Addr}, Timeout: long})
@@ -755,7 +755,7 @@ func BenchmarkDecision(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		key := "bench" + strconv.FormatInt(n.Add(1), 10)
 		out := make([]store.Result, 1)
-		batch := store.Batch{Ops: []store.Op{{Key: key, Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1}}}
+		batch := store.Batch{Ops: []store.Op{{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1}}}
 		for pb.Next() {
 			if err := s.Do(context.Background(), base, batch, out); err != nil {
 				b.Fatal(err)
@@ -775,9 +775,9 @@ func BenchmarkBatchOfFive(b *testing.B) {
 		id := strconv.FormatInt(n.Add(1), 10)
 		batch := store.Batch{AllOrNothing: true}
 		for i := range 4 {
-			batch.Ops = append(batch.Ops, store.Op{Key: "b" + id + "-" + strconv.Itoa(i), Algorithm: store.GCRA, Action: store.Spend, Limit: lim, Cost: 1})
+			batch.Ops = append(batch.Ops, store.Op{Key: "b" + id + "-" + strconv.Itoa(i), Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1})
 		}
-		batch.Ops = append(batch.Ops, store.Op{Key: "w" + id + "_", Algorithm: store.FixedWindow, Action: store.Spend, Window: store.Window{Limit: 1 << 40, Length: time.Hour}, Cost: 1})
+		batch.Ops = append(batch.Ops, store.Op{Key: "w" + id + "_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 1 << 40, Length: time.Hour}, Cost: 1})
 		out := make([]store.Result, len(batch.Ops))
 		for pb.Next() {
 			if err := s.Do(context.Background(), base, batch, out); err != nil {
@@ -796,7 +796,7 @@ func TestWindowCountOverflow(t *testing.T) {
 			t.Parallel()
 			srv, s := single(t, redis.Options{EnvoyCompatible: envoy, KeyPrefix: "ov_"})
 			now := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
-			op := store.Op{Key: "d_k_v_", Algorithm: store.FixedWindow, Action: store.Spend,
+			op := store.Op{Key: "d_k_v_", Algorithm: store.FixedWindow, Kind: store.Spend,
 				Window: store.Window{Limit: 10, Length: time.Hour}, Cost: 1}
 			do(t, s, now, store.Batch{Ops: []store.Op{op}})
 			keys, ok := srv.MustDo("KEYS", "ov_*").([]any)
@@ -830,7 +830,7 @@ func BenchmarkEnvoyWindowsOfFive(b *testing.B) {
 		var batch store.Batch
 		for i := range 5 {
 			batch.Ops = append(batch.Ops, store.Op{Key: "bench_k" + strconv.Itoa(i) + "_v" + id + "_", Algorithm: store.FixedWindow,
-				Action: store.Spend, Window: store.Window{Limit: 1 << 30, Length: time.Minute}, Cost: 1})
+				Kind: store.Spend, Window: store.Window{Limit: 1 << 30, Length: time.Minute}, Cost: 1})
 		}
 		out := make([]store.Result, len(batch.Ops))
 		for pb.Next() {
@@ -850,7 +850,7 @@ func TestOneRoundTripPerBatch(t *testing.T) {
 	batch := func(n int, alg store.Algorithm, prefix string) store.Batch {
 		var b store.Batch
 		for i := range n {
-			b.Ops = append(b.Ops, store.Op{Key: fmt.Sprintf("%s%d_", prefix, i), Algorithm: alg, Action: store.Spend, Limit: lim, Window: win, Cost: 1})
+			b.Ops = append(b.Ops, store.Op{Key: fmt.Sprintf("%s%d_", prefix, i), Algorithm: alg, Kind: store.Spend, Limit: lim, Window: win, Cost: 1})
 		}
 		return b
 	}

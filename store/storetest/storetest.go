@@ -87,12 +87,12 @@ func one(t *testing.T, s store.Store, now time.Time, op store.Op) store.Result {
 	return do(t, s, now, store.Batch{Ops: []store.Op{op}})[0]
 }
 
-func gcraOp(key string, a store.Action, l gcra.Limit, cost int64) store.Op {
-	return store.Op{Key: key, Algorithm: store.GCRA, Action: a, Limit: l, Cost: cost}
+func gcraOp(key string, a store.Kind, l gcra.Limit, cost int64) store.Op {
+	return store.Op{Key: key, Algorithm: store.GCRA, Kind: a, Limit: l, Cost: cost}
 }
 
-func windowOp(key string, a store.Action, limit int64, length time.Duration, cost int64) store.Op {
-	return store.Op{Key: key, Algorithm: store.FixedWindow, Action: a, Window: store.Window{Limit: limit, Length: length}, Cost: cost}
+func windowOp(key string, a store.Kind, limit int64, length time.Duration, cost int64) store.Op {
+	return store.Op{Key: key, Algorithm: store.FixedWindow, Kind: a, Window: store.Window{Limit: limit, Length: length}, Cost: cost}
 }
 
 func want(t *testing.T, step string, got store.Result, allowed bool, remaining int64, retryIn, resetIn time.Duration) {
@@ -404,7 +404,7 @@ func (m *model) window(now time.Time, op store.Op) store.Result {
 			count = c[1]
 		}
 		reset := window.ResetIn(now, length)
-		switch op.Action {
+		switch op.Kind {
 		case store.Refund:
 			count = max(count-op.Cost, 0)
 			m.counts[op.Key] = [2]int64{start, count}
@@ -432,7 +432,7 @@ func (m *model) gcra(now time.Time, op store.Op) store.Result {
 		delete(m.tats, op.Key)
 		ok = false
 	}
-	switch op.Action {
+	switch op.Kind {
 	case store.Reset:
 		delete(m.tats, op.Key)
 		return store.Result{Allowed: true, Remaining: op.Limit.Burst}
@@ -450,7 +450,7 @@ func (m *model) gcra(now time.Time, op store.Op) store.Result {
 			tat = n
 		}
 		r := p.Spend(n, tat, op.Cost)
-		if r.Allowed && op.Action != store.Check && op.Cost > 0 {
+		if r.Allowed && op.Kind != store.Check && op.Cost > 0 {
 			m.tats[op.Key] = r.TAT
 		}
 		return store.Result{Allowed: r.Allowed, Remaining: r.Remaining, RetryIn: time.Duration(r.RetryIn), ResetIn: time.Duration(r.ResetIn)}
@@ -467,7 +467,7 @@ func property(t *testing.T, s store.Store) {
 		{Burst: 5, Count: 100, Period: 7 * time.Millisecond}, // tiny intervals
 		{Burst: 100, Count: 1, Period: 24 * time.Hour * 365}, // the largest burst offset, gcra.MaxBurstOffset
 	}
-	actions := []store.Action{store.Spend, store.Spend, store.Spend, store.Check, store.SpendOnly, store.Refund, store.Reset}
+	actions := []store.Kind{store.Spend, store.Spend, store.Spend, store.Check, store.SpendOnly, store.Refund, store.Reset}
 	m := &model{tats: map[string]int64{}, counts: map[string][2]int64{}}
 	now := Base().Add(time.Duration(rng.Int64N(int64(time.Second))))
 	for i := range 600 {
@@ -484,13 +484,13 @@ func property(t *testing.T, s store.Store) {
 		wantR := m.apply(now, op)
 		got := one(t, s, now, op)
 		got.Applied = false
-		if op.Action == store.Reset {
+		if op.Kind == store.Reset {
 			// Only the decision matters for a reset; its timing fields are
 			// the backend's to choose.
 			got.ResetIn, wantR.ResetIn = 0, 0
 		}
 		if got != wantR {
-			t.Fatalf("seed %d, step %d, %s %s cost %d at +%s: got %+v, want %+v", seed, i, op.Action, op.Key, op.Cost, now.Sub(Base()), got, wantR)
+			t.Fatalf("seed %d, step %d, %s %s cost %d at +%s: got %+v, want %+v", seed, i, op.Kind, op.Key, op.Cost, now.Sub(Base()), got, wantR)
 		}
 	}
 }
