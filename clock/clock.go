@@ -6,6 +6,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -60,4 +61,16 @@ func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = t
+}
+
+// UntilDeadline reports how long remains before ctx's deadline, and
+// whether it has one. Context deadlines are kept in wall-clock time by
+// package context whatever Clock a component runs on, so this reads the
+// wall clock: it is the one place outside Real that does.
+func UntilDeadline(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return time.Until(d), true
 }

@@ -1,6 +1,7 @@
 package clock_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -55,5 +56,18 @@ func TestRealClockAdvances(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	if b := c.Now(); !b.After(a) {
 		t.Fatalf("real clock did not advance: %v then %v", a, b)
+	}
+}
+
+func TestUntilDeadline(t *testing.T) {
+	t.Parallel()
+	if _, ok := clock.UntilDeadline(context.Background()); ok {
+		t.Errorf("no deadline: got ok, want none")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	left, ok := clock.UntilDeadline(ctx)
+	if !ok || left <= 59*time.Minute || left > time.Hour {
+		t.Errorf("an hour's deadline: got %s, %t; want just under an hour", left, ok)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/window"
@@ -75,7 +76,7 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	start := s.clock.Now()
 	// A caller's deadline within the timeout bounds the call already (Envoy
 	// sends its rate limit filter's timeout, 20ms by default): no timer.
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
+	if left, ok := clock.UntilDeadline(ctx); !ok || left > s.timeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
