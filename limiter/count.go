@@ -66,9 +66,6 @@ func (l *Limiter) CountAt(ctx context.Context, at time.Time, txns []Transaction,
 	if len(out) < len(txns) {
 		return &Error{Kind: Internal, Msg: fmt.Sprintf("%d decisions for %d transactions", len(out), len(txns))}
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
-	ops := sc.ops[:0]
 	for i := range txns {
 		t := &txns[i]
 		if t.Kind == 0 {
@@ -77,10 +74,14 @@ func (l *Limiter) CountAt(ctx context.Context, at time.Time, txns []Transaction,
 		if err := validCount(t); err != nil {
 			return At(err, "transactions", "transaction", i)
 		}
-		if t.Disabled {
-			continue
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	ops := sc.ops[:0]
+	for i := range txns {
+		if !txns[i].Disabled {
+			ops = append(ops, op(&txns[i]))
 		}
-		ops = append(ops, op(t))
 	}
 	sc.ops = ops
 	sc.results = sized(sc.results, len(ops))

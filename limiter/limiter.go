@@ -359,8 +359,8 @@ func (sc *scratch) release() {
 	if max(cap(sc.ops), cap(sc.results)) > maxScratch {
 		return
 	}
-	clear(sc.ops[:cap(sc.ops)])
-	clear(sc.results[:cap(sc.results)])
+	clear(sc.ops) // what the call used: the rest is already clear
+	clear(sc.results)
 	sc.ops, sc.results = sc.ops[:0], sc.results[:0]
 	scratchPool.Put(sc)
 }

@@ -85,47 +85,73 @@ type kvTxn struct {
 	bad error
 }
 
-// kvAnswer is the limiter's answer to a key-value call, before an edge
+// kvBatch is the limiter's answer to a key-value batch, before an edge
 // translates it.
-type kvAnswer struct {
-	decision limiter.Decision // the call's (a batch's strictest)
+type kvBatch struct {
+	decision limiter.Decision // the strictest of the checked transactions'
 	bucket   limits.Bucket    // the bucket decision came from; zero when no limit applied
 	each     []limiter.Decision
 	buckets  []limits.Bucket
 }
 
-// decide answers a key-value call of method on txns (one for every method
-// but batch) through the limiter, and records its metrics.
-func (kv *KV) decide(ctx context.Context, method string, txns []kvTxn) (kvAnswer, error) {
+// decide answers a single key-value call (check, spend, refund, reset) on
+// t through the limiter, and records its metrics. It returns the
+// transaction's own decision and its bucket.
+func (kv *KV) decide(ctx context.Context, method string, t kvTxn) (limiter.Decision, limits.Bucket, error) {
 	start := kv.clock.Now()
 	set := kv.limits()
-	a, err := kv.apply(ctx, set, method, txns)
+	b, txn, err := resolve(set, t)
+	var d limiter.Decision
+	if err == nil {
+		switch method {
+		case methodCheck:
+			d, err = kv.limiter.Check(ctx, txn)
+		case methodSpend:
+			d, err = kv.limiter.Spend(ctx, txn)
+		case methodReset:
+			d, err = kv.limiter.Reset(ctx, txn)
+		case methodRefund:
+			// A refund answers its own decision: whether this bucket got
+			// something back.
+			var each []limiter.Decision
+			if _, each, err = kv.limiter.Refund(ctx, txn); err == nil {
+				d = each[0]
+			}
+		}
+	}
 	kv.metrics.observe(method, start, kv.clock.Now())
+	kv.count(set, err, t, b, d)
+	kv.logInternal(method, err)
+	return d, b, err
+}
+
+// decideBatch answers a key-value batch through the limiter, and records
+// its metrics. On error, the buckets resolved before it are in the answer.
+func (kv *KV) decideBatch(ctx context.Context, txns []kvTxn) (kvBatch, error) {
+	start := kv.clock.Now()
+	set := kv.limits()
+	a, err := kv.batch(ctx, set, txns)
+	kv.metrics.observe(methodBatch, start, kv.clock.Now())
 	for i, t := range txns {
-		result := resultError
 		var b limits.Bucket
+		var d limiter.Decision
 		if i < len(a.buckets) {
 			b = a.buckets[i]
 		}
 		if err == nil {
-			result = resultOf(a.each[i])
+			d = a.each[i]
 		}
-		kv.metrics.count(set, t.name, b, result)
+		kv.count(set, err, t, b, d)
 	}
-	if err != nil && limiter.KindOf(err) == limiter.Internal {
-		kv.log.Error("key-value request failed", "method", method, "err", err)
-	}
+	kv.logInternal(methodBatch, err)
 	return a, err
 }
 
-// apply resolves txns under set and applies them. On error, the buckets
-// resolved so far are in the answer.
-func (kv *KV) apply(ctx context.Context, set *limits.Set, method string, txns []kvTxn) (kvAnswer, error) {
-	var a kvAnswer
-	if method == methodBatch {
-		if err := limiter.ValidBatchSize(len(txns)); err != nil {
-			return a, err
-		}
+// batch resolves txns under set and applies them all or nothing.
+func (kv *KV) batch(ctx context.Context, set *limits.Set, txns []kvTxn) (kvBatch, error) {
+	var a kvBatch
+	if err := limiter.ValidBatchSize(len(txns)); err != nil {
+		return a, err
 	}
 	a.buckets = make([]limits.Bucket, 0, len(txns))
 	in := make([]limiter.Transaction, len(txns))
@@ -135,44 +161,37 @@ func (kv *KV) apply(ctx context.Context, set *limits.Set, method string, txns []
 			err = t.bad
 		}
 		if err != nil {
-			if method == methodBatch {
-				err = limiter.At(err, "transactions", "transaction", i)
-			}
-			return a, err
+			return a, limiter.At(err, "transactions", "transaction", i)
 		}
 		a.buckets = append(a.buckets, b)
 		in[i] = txn
 	}
 	var err error
-	switch method {
-	case methodBatch:
-		a.decision, a.each, err = kv.limiter.Batch(ctx, in)
-	case methodRefund:
-		_, a.each, err = kv.limiter.Refund(ctx, in...)
-	default:
-		var d limiter.Decision
-		switch method {
-		case methodCheck:
-			d, err = kv.limiter.Check(ctx, in[0])
-		case methodSpend:
-			d, err = kv.limiter.Spend(ctx, in[0])
-		case methodReset:
-			d, err = kv.limiter.Reset(ctx, in[0])
-		}
-		a.each = []limiter.Decision{d}
-	}
-	if err != nil {
+	if a.decision, a.each, err = kv.limiter.Batch(ctx, in); err != nil {
 		return a, err
-	}
-	if method != methodBatch {
-		// A single call answers its transaction's own decision (for a
-		// reset or a refund, the batch decision would say something else).
-		a.decision = a.each[0]
 	}
 	if a.decision.Index >= 0 {
 		a.bucket = a.buckets[a.decision.Index]
 	}
 	return a, nil
+}
+
+// count adds one transaction of a call to the decision metrics: its
+// result on the limit name, or an error.
+func (kv *KV) count(set *limits.Set, err error, t kvTxn, b limits.Bucket, d limiter.Decision) {
+	if err != nil {
+		kv.metrics.count(set, t.name, b, resultError)
+		return
+	}
+	kv.metrics.count(set, t.name, b, resultOf(d))
+}
+
+// logInternal logs an error that is not the caller's doing nor the store's
+// unavailability: a bug or an unexpected reply.
+func (kv *KV) logInternal(method string, err error) {
+	if err != nil && limiter.KindOf(err) == limiter.Internal {
+		kv.log.Error("key-value request failed", "method", method, "err", err)
+	}
 }
 
 // resolve finds the bucket of t's name and id in set and builds its
@@ -226,11 +245,11 @@ func (kv *KV) Reset(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decis
 
 // single answers one transaction over gRPC.
 func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req *sluicev1.Request) (*sluicev1.Decision, error) {
-	a, err := kv.decide(ctx, method, []kvTxn{{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind}})
+	d, b, err := kv.decide(ctx, method, kvTxn{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind})
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return decisionProto(a.decision, a.bucket), nil
+	return decisionProto(d, b), nil
 }
 
 // Batch implements sluicev1.LimitsServer: it applies the transactions all or
@@ -251,7 +270,7 @@ func (kv *KV) Batch(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.
 			txns[i].bad = invalidTransaction("kind", "invalid kind %d, must be CHECK_AND_SPEND, CHECK_ONLY or SPEND_ONLY", t.GetKind())
 		}
 	}
-	a, err := kv.decide(ctx, methodBatch, txns)
+	a, err := kv.decideBatch(ctx, txns)
 	if err != nil {
 		return nil, grpcError(err)
 	}

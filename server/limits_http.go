@@ -46,11 +46,11 @@ func KVHTTPHandler(kv *KV) http.Handler {
 			if err := decodeStrict(body, &req); err != nil {
 				return nil, limiter.Decision{}, err
 			}
-			a, err := kv.decide(r.Context(), method, []kvTxn{{name: req.Name, id: req.ID, cost: req.Cost, kind: kind}})
+			d, b, err := kv.decide(r.Context(), method, kvTxn{name: req.Name, id: req.ID, cost: req.Cost, kind: kind})
 			if err != nil {
 				return nil, limiter.Decision{}, err
 			}
-			return decisionJSON(a.decision, a.bucket), a.decision, nil
+			return decisionJSON(d, b), d, nil
 		})
 	}
 	mux := http.NewServeMux()
@@ -72,7 +72,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 			}
 			txns[i].kind = k
 		}
-		a, err := kv.decide(r.Context(), methodBatch, txns)
+		a, err := kv.decideBatch(r.Context(), txns)
 		if err != nil {
 			return nil, limiter.Decision{}, err
 		}
