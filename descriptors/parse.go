@@ -106,13 +106,13 @@ func (p *parser) fields(n yamlconf.Node, where string, known ...string) []field 
 // merge reads the value of a merge key: a map, or a list of maps whose
 // earlier entries win.
 func (p *parser) merge(v yamlconf.Node, where string, known []string) []field {
-	switch v.Kind() {
+	switch v.Shape() {
 	case yamlconf.Map:
 		return p.fields(v, where, known...)
 	case yamlconf.List:
 		var out []field
 		for item := range v.Items() {
-			if item.Kind() != yamlconf.Map {
+			if item.Shape() != yamlconf.Map {
 				p.errorf(item, "a merge key in %s must name maps, got %s", where, item.Describe())
 				continue
 			}
@@ -132,7 +132,7 @@ func (p *parser) merge(v yamlconf.Node, where string, known []string) []field {
 // every value: maps may only have envoyKeys, lists may only hold maps, and
 // no scalar may be a floating-point number.
 func (p *parser) ignored(n yamlconf.Node) {
-	switch n.Kind() {
+	switch n.Shape() {
 	case yamlconf.Map:
 		for e := range n.Entries() {
 			switch {
@@ -147,7 +147,7 @@ func (p *parser) ignored(n yamlconf.Node) {
 		}
 	case yamlconf.List:
 		for item := range n.Items() {
-			if item.Kind() != yamlconf.Map {
+			if item.Shape() != yamlconf.Map {
 				p.errorf(item, "a list may only hold maps, got %s", item.Describe())
 				continue
 			}
@@ -173,7 +173,7 @@ func (p *parser) str(n yamlconf.Node, name string) string {
 	switch {
 	case n.IsNull():
 		return ""
-	case n.Kind() != yamlconf.Scalar:
+	case n.Shape() != yamlconf.Scalar:
 		p.errorf(n, "%s must be a string, got %s", name, n.Describe())
 		return ""
 	case !p.notFloat(n, name):
@@ -223,7 +223,7 @@ func (p *parser) file1(root yamlconf.Node) *Domain {
 		p.doc.Add(&Error{File: p.doc.File(), Line: 1, Msg: "empty domain"})
 		return nil
 	}
-	if root.Kind() != yamlconf.Map {
+	if root.Shape() != yamlconf.Map {
 		p.errorf(root, "a domain file must be a map with domain and descriptors, got %s", root.Describe())
 		return nil
 	}
@@ -255,7 +255,7 @@ func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefi
 	if n.IsNull() {
 		return
 	}
-	if n.Kind() != yamlconf.List {
+	if n.Shape() != yamlconf.List {
 		p.errorf(n, "descriptors must be a list, got %s", n.Describe())
 		return
 	}
@@ -265,7 +265,7 @@ func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefi
 	}
 	seen := make(map[string]bool) // composite keys ("key" or "key_value") of this level
 	for item := range n.Items() {
-		if item.Kind() != yamlconf.Map {
+		if item.Shape() != yamlconf.Map {
 			p.errorf(item, "a descriptor must be a map with a key, got %s", item.Describe())
 			continue
 		}
@@ -303,7 +303,7 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 		case "share_threshold":
 			flags[4], shareNode = p.bool(f.val, f.name), f.val
 		case "metadata":
-			if !f.val.IsNull() && f.val.Kind() != yamlconf.Map {
+			if !f.val.IsNull() && f.val.Shape() != yamlconf.Map {
 				p.errorf(f.val, "metadata must be a map, got %s", f.val.Describe())
 			}
 		}
@@ -359,7 +359,7 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 // rateLimit reads a rate_limit block. It returns nil when the block is
 // invalid (the problems are recorded) or not a map.
 func (p *parser) rateLimit(n yamlconf.Node) *Rule {
-	if n.Kind() != yamlconf.Map {
+	if n.Shape() != yamlconf.Map {
 		p.errorf(n, "rate_limit must be a map, got %s", n.Describe())
 		return nil
 	}
@@ -456,12 +456,12 @@ func (p *parser) replaces(n yamlconf.Node) (names []string, at []yamlconf.Node) 
 	if n.IsNull() {
 		return nil, nil
 	}
-	if n.Kind() != yamlconf.List {
+	if n.Shape() != yamlconf.List {
 		p.errorf(n, "replaces must be a list of {name: ...}, got %s", n.Describe())
 		return nil, nil
 	}
 	for item := range n.Items() {
-		if item.Kind() != yamlconf.Map {
+		if item.Shape() != yamlconf.Map {
 			p.errorf(item, "a replaces entry must be a map with a name, got %s", item.Describe())
 			continue
 		}

@@ -164,7 +164,7 @@ func TestKindOfClassifiesErrorsForTheFrontDoors(t *testing.T) {
 	tests := []struct {
 		name string
 		err  error
-		want limiter.ErrorKind
+		want limiter.Class
 	}{
 		{name: "an invalid request", err: limiter.Invalidf("cost", "bad cost"), want: limiter.Invalid},
 		{name: "an invalid request, wrapped", err: fmt.Errorf("count: %w", limiter.Invalidf("", "bad")), want: limiter.Invalid},

@@ -8,14 +8,14 @@ import (
 	"github.com/sluice-rl/sluice/store"
 )
 
-// ErrorKind says what went wrong with a call, in the terms every front door
-// answers with: each kind is one gRPC code and one HTTP status.
-type ErrorKind uint8
+// Class says what went wrong with a call, in the terms every front door
+// answers with: each class is one gRPC code and one HTTP status.
+type Class uint8
 
-// The kinds of error. The zero value is Internal.
+// The classes of error. The zero value is Internal.
 const (
 	// Internal is a bug or an unexpected reply: gRPC Internal, HTTP 500.
-	Internal ErrorKind = iota
+	Internal Class = iota
 	// Invalid is a request the service refuses: gRPC InvalidArgument,
 	// HTTP 400.
 	Invalid
@@ -26,9 +26,9 @@ const (
 	Canceled
 )
 
-// String names the kind.
-func (k ErrorKind) String() string {
-	switch k {
+// String names the class.
+func (c Class) String() string {
+	switch c {
 	case Invalid:
 		return "invalid"
 	case Unavailable:
@@ -43,8 +43,8 @@ func (k ErrorKind) String() string {
 // problem it is, where (Field), and a message for people. Every front door
 // turns it into a status with KindOf, in one place.
 type Error struct {
-	// Kind classifies the error.
-	Kind ErrorKind
+	// Kind is the error's class: what kind of problem it is.
+	Kind Class
 	// Field names the part of the request at fault, in the request's own
 	// terms ("cost", "transactions[1].id", "descriptors[0].limit"); empty
 	// when the request as a whole is at fault, or for errors that are not
@@ -95,7 +95,7 @@ func At(err error, list, item string, i int) error {
 // KindOf classifies err for a front door: an *Error's own kind; a
 // cancelled caller is Canceled; an expired deadline or an unavailable
 // store is Unavailable; anything else is Internal.
-func KindOf(err error) ErrorKind {
+func KindOf(err error) Class {
 	var e *Error
 	switch {
 	case errors.As(err, &e):

@@ -117,7 +117,7 @@ func LoadOverrides(path string) (*Overrides, error) {
 func ParseDefaults(filename string, data []byte) (*Defaults, error) {
 	p := newParser(filename, data)
 	d := &Defaults{}
-	switch root := p.doc.Root(); root.Kind() {
+	switch root := p.doc.Root(); root.Shape() {
 	case yamlconf.Null:
 	case yamlconf.Map:
 		p.mapping(root, "defaults", func(k, v yamlconf.Node) {
@@ -179,11 +179,11 @@ func ParseOverrides(filename string, data []byte) (*Overrides, error) {
 		seen[ov.Key] = ov.Line
 		o.list = append(o.list, ov.Override)
 	}
-	switch root := p.doc.Root(); root.Kind() {
+	switch root := p.doc.Root(); root.Shape() {
 	case yamlconf.Null:
 	case yamlconf.List:
 		for item := range root.Items() {
-			if item.Kind() != yamlconf.Map {
+			if item.Shape() != yamlconf.Map {
 				p.errorf(item, "", "", ErrSyntax, "override entry must be a map from a limit name to {burst, count, period, ids}, got %s", item.Describe())
 				continue
 			}
@@ -339,7 +339,7 @@ func (p *parser) limit(v, k yamlconf.Node, name, id, subject string, withIDs boo
 	if withIDs {
 		want = "burst, count, period and ids"
 	}
-	if v.Kind() != yamlconf.Map {
+	if v.Shape() != yamlconf.Map {
 		at := v
 		if v.IsNull() {
 			at = k
@@ -433,7 +433,7 @@ func (p *parser) ids(list yamlconf.Node, n Name) []located {
 	if list.IsZero() {
 		return nil
 	}
-	if list.Kind() != yamlconf.List {
+	if list.Shape() != yamlconf.List {
 		p.errorf(list, n.Text, "", ErrSyntax, "ids for %s must be a list, got %s", n.Text, list.Describe())
 		return nil
 	}
@@ -444,7 +444,7 @@ func (p *parser) ids(list yamlconf.Node, n Name) []located {
 	var out []located
 	for item := range list.Items() {
 		var id, comment yamlconf.Node // the zero Node when absent
-		switch item.Kind() {
+		switch item.Shape() {
 		case yamlconf.Scalar, yamlconf.Null:
 			id = item
 		case yamlconf.Map:

@@ -33,7 +33,7 @@ func invalidTransaction(field, format string, args ...any) error {
 	return &limiter.Error{Kind: limiter.Invalid, Field: field, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidTransaction}
 }
 
-// The one place where errors become answers: each limiter.ErrorKind is one
+// The one place where errors become answers: each limiter.Class is one
 // gRPC code and one HTTP status.
 var (
 	grpcCodes = [...]codes.Code{

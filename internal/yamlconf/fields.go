@@ -28,7 +28,7 @@ func Join(path, name string) string {
 // key's position is recorded for At, and each known field's reader is
 // called in file order.
 func (d *Doc) Map(n Node, path string, fields Fields, unknown func(k Node)) {
-	switch n.Kind() {
+	switch n.Shape() {
 	case Null:
 		return
 	case Map:
@@ -87,7 +87,7 @@ func (d *Doc) Require(n Node, path string, names ...string) bool {
 // records "must be " + what and reports false when v is null, a mapping or
 // a list.
 func (d *Doc) Scalar(v Node, path, what string) (string, bool) {
-	if v.Kind() != Scalar {
+	if v.Shape() != Scalar {
 		d.Errorf(v, path, "must be %s", what)
 		return "", false
 	}
@@ -106,13 +106,13 @@ func (d *Doc) String(dst *string) func(Node, string) {
 // Strings returns a reader that stores a list of scalars in dst.
 func (d *Doc) Strings(dst *[]string) func(Node, string) {
 	return func(v Node, path string) {
-		if v.Kind() != List {
+		if v.Shape() != List {
 			d.Errorf(v, path, "must be a list of strings")
 			return
 		}
 		out := make([]string, 0, v.Len())
 		for item := range v.Items() {
-			if item.Kind() != Scalar {
+			if item.Shape() != Scalar {
 				d.Errorf(item, path, "must be a list of strings")
 				return
 			}

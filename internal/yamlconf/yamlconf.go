@@ -185,13 +185,13 @@ func (d *Doc) visit(n *yaml.Node) Node {
 	return Node{n: n, d: d}
 }
 
-// Kind is the shape of a Node.
-type Kind uint8
+// Shape is what a Node holds.
+type Shape uint8
 
-// The kinds of Node. A missing node, an empty value and an explicit null
+// The shapes of Node. A missing node, an empty value and an explicit null
 // ("~", "null") are all Null.
 const (
-	Null Kind = iota
+	Null Shape = iota
 	Scalar
 	Map
 	List
@@ -204,8 +204,8 @@ type Node struct {
 	d *Doc
 }
 
-// Kind returns n's shape.
-func (n Node) Kind() Kind {
+// Shape returns n's shape.
+func (n Node) Shape() Shape {
 	switch {
 	case n.n == nil:
 		return Null
@@ -222,14 +222,14 @@ func (n Node) Kind() Kind {
 }
 
 // IsNull reports whether n is missing, empty or null.
-func (n Node) IsNull() bool { return n.Kind() == Null }
+func (n Node) IsNull() bool { return n.Shape() == Null }
 
 // IsZero reports whether n is the zero Node, standing for a missing one,
 // as opposed to a node of the file (which may be null).
 func (n Node) IsZero() bool { return n.n == nil }
 
 // IsCollection reports whether n is a mapping or a list.
-func (n Node) IsCollection() bool { k := n.Kind(); return k == Map || k == List }
+func (n Node) IsCollection() bool { k := n.Shape(); return k == Map || k == List }
 
 // Line returns n's 1-based line, or 0 for the zero Node.
 func (n Node) Line() int {
@@ -258,15 +258,15 @@ func (n Node) Text() string {
 
 // IsFloat reports whether n is an unquoted floating-point number, such as
 // 1.5, 2.0 or 1e3.
-func (n Node) IsFloat() bool { return n.Kind() == Scalar && n.n.Tag == "!!float" }
+func (n Node) IsFloat() bool { return n.Shape() == Scalar && n.n.Tag == "!!float" }
 
 // IsMerge reports whether n is a merge key ("<<").
-func (n Node) IsMerge() bool { return n.Kind() == Scalar && n.n.Tag == "!!merge" }
+func (n Node) IsMerge() bool { return n.Shape() == Scalar && n.n.Tag == "!!merge" }
 
 // Describe names n for messages: "a map", "a list", "nothing" for null,
 // and a scalar's quoted text.
 func (n Node) Describe() string {
-	switch n.Kind() {
+	switch n.Shape() {
 	case Map:
 		return "a map"
 	case List:
@@ -283,7 +283,7 @@ func (n Node) Describe() string {
 // such as 2.0 and 1e3 and quoted text included.
 func (n Node) Int64() (int64, bool) {
 	var v int64
-	if n.Kind() != Scalar || n.n.Tag != "!!int" || n.n.Decode(&v) != nil {
+	if n.Shape() != Scalar || n.n.Tag != "!!int" || n.n.Decode(&v) != nil {
 		return 0, false
 	}
 	return v, true
@@ -294,7 +294,7 @@ func (n Node) Int64() (int64, bool) {
 // which go-yaml v2 (and so envoyproxy/ratelimit) reads as booleans.
 func (n Node) Bool() (bool, bool) {
 	var b bool
-	if n.Kind() != Scalar || n.n.Decode(&b) != nil {
+	if n.Shape() != Scalar || n.n.Decode(&b) != nil {
 		return false, false
 	}
 	return b, true
@@ -302,7 +302,7 @@ func (n Node) Bool() (bool, bool) {
 
 // Float reads a finite number, written as an unquoted integer or decimal.
 func (n Node) Float() (float64, bool) {
-	if n.Kind() != Scalar || (n.n.Tag != "!!int" && n.n.Tag != "!!float") {
+	if n.Shape() != Scalar || (n.n.Tag != "!!int" && n.n.Tag != "!!float") {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(n.n.Value, 64)
@@ -315,7 +315,7 @@ func (n Node) Float() (float64, bool) {
 // Duration reads a scalar with ParseDuration. Quoted or not, "90s" is 90
 // seconds; a bare number other than 0 has no unit and is refused.
 func (n Node) Duration() (time.Duration, bool) {
-	if n.Kind() != Scalar {
+	if n.Shape() != Scalar {
 		return 0, false
 	}
 	d, err := ParseDuration(n.n.Value)
@@ -351,7 +351,7 @@ func (e Entry) Dup() bool { return e.First.n != nil }
 // budget runs out.
 func (n Node) Entries() iter.Seq[Entry] {
 	return func(yield func(Entry) bool) {
-		if n.Kind() != Map {
+		if n.Shape() != Map {
 			return
 		}
 		var seen map[string]*yaml.Node
@@ -384,7 +384,7 @@ func (n Node) Entries() iter.Seq[Entry] {
 // A walk stops early when the Doc's node budget runs out.
 func (n Node) Items() iter.Seq[Node] {
 	return func(yield func(Node) bool) {
-		if n.Kind() != List {
+		if n.Shape() != List {
 			return
 		}
 		for _, c := range n.n.Content {
@@ -399,7 +399,7 @@ func (n Node) Items() iter.Seq[Node] {
 // Len returns the number of pairs of a mapping or items of a list, and 0
 // for other nodes.
 func (n Node) Len() int {
-	switch n.Kind() {
+	switch n.Shape() {
 	case Map:
 		return len(n.n.Content) / 2
 	case List:

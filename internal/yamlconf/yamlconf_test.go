@@ -74,19 +74,19 @@ func TestParse(t *testing.T) {
 		opts      Options
 		wantErr   string // the error's text; "" for none
 		wantCause error
-		wantKind  Kind
+		wantShape Shape
 	}{
-		{desc: "an empty file is null", yaml: "", wantKind: Null},
-		{desc: "a file of comments is null", yaml: "# nothing\n", wantKind: Null},
-		{desc: "an empty document is null", yaml: "---\n", wantKind: Null},
-		{desc: "a map is a map", yaml: "a: 1\n", wantKind: Map},
+		{desc: "an empty file is null", yaml: "", wantShape: Null},
+		{desc: "a file of comments is null", yaml: "# nothing\n", wantShape: Null},
+		{desc: "an empty document is null", yaml: "---\n", wantShape: Null},
+		{desc: "a map is a map", yaml: "a: 1\n", wantShape: Map},
 		{desc: "a syntax error gives the line libyaml reports and its message's message",
-			yaml: "a:\n  - b\n  c: d\n", wantErr: "f.yaml:1: did not find expected '-' indicator", wantCause: ErrSyntax, wantKind: Null},
-		{desc: "a later document is not read by default", yaml: "a: 1\n---\nb: [\n", wantKind: Map},
+			yaml: "a:\n  - b\n  c: d\n", wantErr: "f.yaml:1: did not find expected '-' indicator", wantCause: ErrSyntax, wantShape: Null},
+		{desc: "a later document is not read by default", yaml: "a: 1\n---\nb: [\n", wantShape: Map},
 		{desc: "a later document is an error with OneDocument", yaml: "a: 1\n---\nb: 2\n", opts: Options{OneDocument: true},
-			wantErr: "f.yaml:2:1: a file holds one YAML document, found another", wantCause: ErrExtraDocument, wantKind: Null},
+			wantErr: "f.yaml:2:1: a file holds one YAML document, found another", wantCause: ErrExtraDocument, wantShape: Null},
 		{desc: "a syntax error in a later document is reported with OneDocument", yaml: "a: 1\n---\nb: [\n", opts: Options{OneDocument: true},
-			wantErr: "f.yaml:3: did not find expected node content", wantCause: ErrSyntax, wantKind: Null},
+			wantErr: "f.yaml:3: did not find expected node content", wantCause: ErrSyntax, wantShape: Null},
 	}
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
@@ -98,8 +98,8 @@ func TestParse(t *testing.T) {
 			if tt.wantCause != nil && !errors.Is(err, tt.wantCause) {
 				t.Errorf("got %v, want it to wrap %v", err, tt.wantCause)
 			}
-			if got := d.Root().Kind(); got != tt.wantKind {
-				t.Errorf("got root kind %d, want %d", got, tt.wantKind)
+			if got := d.Root().Shape(); got != tt.wantShape {
+				t.Errorf("got root kind %d, want %d", got, tt.wantShape)
 			}
 			if d.File() != "f.yaml" {
 				t.Errorf("got file %q, want f.yaml", d.File())
@@ -237,8 +237,8 @@ func TestNodes(t *testing.T) {
 	if !zero.IsZero() || zero.IsCollection() {
 		t.Errorf("got IsZero %t IsCollection %t for the zero Node, want true, false", zero.IsZero(), zero.IsCollection())
 	}
-	if zero.Kind() != Null || zero.Line() != 0 || zero.Col() != 0 || zero.Text() != "" || zero.Describe() != "nothing" {
-		t.Errorf("got a zero Node that is not a missing one: %d %d %d %q", zero.Kind(), zero.Line(), zero.Col(), zero.Text())
+	if zero.Shape() != Null || zero.Line() != 0 || zero.Col() != 0 || zero.Text() != "" || zero.Describe() != "nothing" {
+		t.Errorf("got a zero Node that is not a missing one: %d %d %d %q", zero.Shape(), zero.Line(), zero.Col(), zero.Text())
 	}
 }
 
@@ -486,8 +486,8 @@ func FuzzParse(f *testing.F) {
 			if !errors.As(err, &e) || e.File != "fuzz.yaml" || !(errors.Is(err, ErrSyntax) || errors.Is(err, ErrExtraDocument)) {
 				t.Fatalf("got %T %v, want an *Error for fuzz.yaml wrapping a sentinel", err, err)
 			}
-			if d.Root().Kind() != Null {
-				t.Fatalf("got a root of kind %d with an error, want null", d.Root().Kind())
+			if d.Root().Shape() != Null {
+				t.Fatalf("got a root of kind %d with an error, want null", d.Root().Shape())
 			}
 		}
 		visited := 0
@@ -499,7 +499,7 @@ func FuzzParse(f *testing.F) {
 			n.Float()
 			n.Duration()
 			_ = n.Describe()
-			if n.Kind() == Map {
+			if n.Shape() == Map {
 				d.Map(n, path, Fields{}, func(k Node) {})
 			}
 			for e := range n.Entries() {
