@@ -58,11 +58,24 @@ func (l *Limiter) Count(ctx context.Context, txns []Transaction, out []Decision)
 	return l.CountAt(ctx, l.clock.Now(), txns, out)
 }
 
+// CountWith is Count with the caller's Scratch, which it leaves Reset.
+func (l *Limiter) CountWith(ctx context.Context, sc *Scratch, txns []Transaction, out []Decision) error {
+	defer sc.Reset()
+	return l.count(ctx, sc, l.clock.Now(), txns, out)
+}
+
 // CountAt is Count at the instant at instead of the clock's now, for a
 // caller that keeps windows of its own and must name the window a fixed
 // window operation falls in (the adaptive limiter's shared slots). It needs
 // a store that uses the caller's time (see store/redis's ClockServer).
 func (l *Limiter) CountAt(ctx context.Context, at time.Time, txns []Transaction, out []Decision) error {
+	sc := scratchPool.Get().(*Scratch)
+	defer sc.release()
+	return l.count(ctx, sc, at, txns, out)
+}
+
+// count is Count at at, working in sc.
+func (l *Limiter) count(ctx context.Context, sc *Scratch, at time.Time, txns []Transaction, out []Decision) error {
 	if len(out) < len(txns) {
 		return &Error{Kind: Internal, Msg: fmt.Sprintf("%d decisions for %d transactions", len(out), len(txns))}
 	}
@@ -75,8 +88,6 @@ func (l *Limiter) CountAt(ctx context.Context, at time.Time, txns []Transaction,
 			return At(err, "transactions", "transaction", i)
 		}
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
 	ops := sc.ops[:0]
 	for i := range txns {
 		if !txns[i].Disabled {

@@ -333,15 +333,18 @@ func (l *Limiter) Batch(ctx context.Context, txns []Transaction) (Decision, []De
 	return batch, each, nil
 }
 
-// scratch holds the store operations and results of one call; they are
-// reused from call to call, as nothing refers to them once the decisions
-// are made.
-type scratch struct {
+// Scratch holds the store operations and results of a call, reused from
+// call to call: nothing refers to them once the decisions are made. The
+// limiter keeps a pool of them; a caller that pools its own request state
+// (the Envoy front door) keeps one there and passes it to CountWith, which
+// saves a second pool round trip per request. The zero value is ready. A
+// Scratch is not safe for concurrent use.
+type Scratch struct {
 	ops     []store.Op
 	results []store.Result
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
 
 // maxScratch bounds the arrays kept for reuse: an unusually large call
 // leaves its arrays to the garbage collector.
@@ -355,14 +358,23 @@ func sized[T any](a []T, n int) []T {
 	return a[:n]
 }
 
-func (sc *scratch) release() {
+// Reset drops what the arrays refer to and reports whether they are small
+// enough to keep for reuse; when not, it lets them go.
+func (sc *Scratch) Reset() bool {
 	if max(cap(sc.ops), cap(sc.results)) > maxScratch {
-		return
+		sc.ops, sc.results = nil, nil
+		return false
 	}
 	clear(sc.ops) // what the call used: the rest is already clear
 	clear(sc.results)
 	sc.ops, sc.results = sc.ops[:0], sc.results[:0]
-	scratchPool.Put(sc)
+	return true
+}
+
+func (sc *Scratch) release() {
+	if sc.Reset() {
+		scratchPool.Put(sc)
+	}
 }
 
 // op is the store operation of an enabled transaction.
@@ -390,7 +402,7 @@ func (l *Limiter) apply(ctx context.Context, txns []Transaction, each []Decision
 	if !allOrNothing {
 		what = "apply refund: "
 	}
-	sc := scratchPool.Get().(*scratch)
+	sc := scratchPool.Get().(*Scratch)
 	defer sc.release()
 	ops := sc.ops[:0]
 	for i := range txns {

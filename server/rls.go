@@ -254,7 +254,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	sc.txns = txns
 	sc.decisions = sized(sc.decisions, len(txns))
-	if err := s.opts.Limiter.Count(ctx, txns, sc.decisions); err != nil {
+	if err := s.opts.Limiter.CountWith(ctx, &sc.count, txns, sc.decisions); err != nil {
 		return nil, fmt.Errorf("count descriptors: %w", err)
 	}
 	resp := s.respond(checks, sc.decisions)
@@ -271,6 +271,7 @@ type scratch struct {
 	entries   []descriptors.Entry
 	txns      []limiter.Transaction
 	decisions []limiter.Decision
+	count     limiter.Scratch
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
