@@ -261,14 +261,14 @@ func validTransaction(t *Transaction) error {
 
 // validCost checks a key-value cost: >= 0, and at most the burst.
 func validCost(t *Transaction) error {
-	what := t.Name
-	if what == "" {
-		what = "bucket " + t.Key
-	}
 	switch {
 	case t.Kind == ResetBucket:
 		return nil
 	case t.Cost < 0:
+		what := t.Name
+		if what == "" {
+			what = "bucket " + t.Key
+		}
 		return &Error{Kind: Invalid, Field: "cost", Msg: fmt.Sprintf("invalid cost %d for %s, must be >= 0", t.Cost, what), Err: gcra.ErrInvalidCost}
 	case !t.Disabled && t.Window.Length == 0 && t.Cost > t.Limit.Burst:
 		return &Error{Kind: Invalid, Field: "cost", Msg: fmt.Sprintf("invalid cost %d for %s, must be at most the burst %d", t.Cost, describe(t), t.Limit.Burst), Err: gcra.ErrInvalidCost}
