@@ -88,15 +88,7 @@ func (l *Limiter) count(ctx context.Context, sc *Scratch, at time.Time, txns []T
 			return At(err, "transactions", "transaction", i)
 		}
 	}
-	ops := sc.ops[:0]
-	for i := range txns {
-		if !txns[i].Disabled {
-			ops = append(ops, op(&txns[i]))
-		}
-	}
-	sc.ops = ops
-	sc.results = sized(sc.results, len(ops))
-	if len(ops) > 0 {
+	if ops := sc.load(txns); len(ops) > 0 {
 		var err error
 		if _, _, dup := store.Duplicate(ops); dup {
 			err = l.rounds(ctx, at, ops, sc.results)
@@ -107,20 +99,12 @@ func (l *Limiter) count(ctx context.Context, sc *Scratch, at time.Time, txns []T
 			return storeError("", err)
 		}
 	}
-	k := 0
+	sc.spread(txns, out)
 	for i := range txns {
-		t := &txns[i]
-		if t.Disabled {
-			out[i] = allowedDecision
-			out[i].Index = i
-			continue
-		}
-		out[i] = decision(&sc.results[k], i)
-		if t.Kind == RefundBucket && t.Window.Length == 0 {
+		if t := &txns[i]; t.Kind == RefundBucket && t.Window.Length == 0 && !t.Disabled {
 			// A GCRA refund only gives capacity back: never over.
 			out[i].Allowed = true
 		}
-		k++
 	}
 	return nil
 }

@@ -371,6 +371,35 @@ func (sc *Scratch) Reset() bool {
 	return true
 }
 
+// load fills sc with the store operations of txns' enabled transactions,
+// and room for their results, and returns the operations.
+func (sc *Scratch) load(txns []Transaction) []store.Op {
+	ops := sc.ops[:0]
+	for i := range txns {
+		if !txns[i].Disabled {
+			ops = append(ops, op(&txns[i]))
+		}
+	}
+	sc.ops = ops
+	sc.results = sized(sc.results, len(ops))
+	return ops
+}
+
+// spread writes each transaction's decision to out from the store's
+// results, in order; a disabled transaction is allowed with no limit.
+func (sc *Scratch) spread(txns []Transaction, out []Decision) {
+	k := 0
+	for i := range txns {
+		if txns[i].Disabled {
+			out[i] = allowedDecision
+			out[i].Index = i
+			continue
+		}
+		out[i] = decision(&sc.results[k], i)
+		k++
+	}
+}
+
 func (sc *Scratch) release() {
 	if sc.Reset() {
 		scratchPool.Put(sc)
@@ -404,29 +433,12 @@ func (l *Limiter) apply(ctx context.Context, txns []Transaction, each []Decision
 	}
 	sc := scratchPool.Get().(*Scratch)
 	defer sc.release()
-	ops := sc.ops[:0]
-	for i := range txns {
-		if !txns[i].Disabled {
-			ops = append(ops, op(&txns[i]))
-		}
-	}
-	sc.ops = ops
-	sc.results = sized(sc.results, len(ops))
-	if len(ops) > 0 {
+	if ops := sc.load(txns); len(ops) > 0 {
 		if err := l.store.Do(ctx, l.clock.Now(), store.Batch{Ops: ops, AllOrNothing: allOrNothing}, sc.results); err != nil {
 			return storeError(what, err)
 		}
 	}
-	k := 0
-	for i := range txns {
-		if txns[i].Disabled {
-			each[i] = allowedDecision
-			each[i].Index = i
-			continue
-		}
-		each[i] = decision(&sc.results[k], i)
-		k++
-	}
+	sc.spread(txns, each)
 	return nil
 }
 
