@@ -35,13 +35,13 @@ type Options struct {
 
 	// GlobalShadowMode answers OK to every Envoy request while counting.
 	GlobalShadowMode bool
-	// GlobalQuotaMode treats every Envoy rule as quota_mode: over-limit
-	// descriptors answer OK and never make the request over the limit
+	// GlobalQuotaMode treats every Envoy descriptor as quota_mode: the
+	// request is over the limit only when every descriptor is
 	// (envoyproxy/ratelimit's QUOTA_MODE).
 	GlobalQuotaMode bool
 	// ResponseDynamicMetadata adds dynamic_metadata describing the request
-	// and its quota-mode violations to Envoy responses
-	// (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
+	// and the configured metadata of the descriptors that passed to Envoy
+	// responses (envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA).
 	ResponseDynamicMetadata bool
 	// ResponseHeaders adds RateLimit-Limit/Remaining/Reset headers to Envoy
 	// responses.
@@ -133,8 +133,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
 	fs.BoolVar(&o.GlobalShadowMode, "global-shadow-mode", o.GlobalShadowMode, "answer OK to every request while still counting")
-	fs.BoolVar(&o.GlobalQuotaMode, "global-quota-mode", o.GlobalQuotaMode, "treat every rule as quota_mode: over-limit descriptors answer OK")
-	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", o.ResponseDynamicMetadata, "add dynamic_metadata (domain, descriptors, quota-mode violations) to RLS responses")
+	fs.BoolVar(&o.GlobalQuotaMode, "global-quota-mode", o.GlobalQuotaMode, "treat every descriptor as quota_mode: the request is over only when every descriptor is")
+	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", o.ResponseDynamicMetadata, "add dynamic_metadata (domain, descriptors, configured metadata) to RLS responses")
 	fs.BoolVar(&o.ResponseHeaders, "response-headers", o.ResponseHeaders, "add RateLimit-Limit/Remaining/Reset headers to RLS responses")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", o.NearLimitRatio, "share of a limit past which hits count as near the limit")
 	fs.DurationVar(&o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -286,6 +287,25 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
 `
 
+func TestShadowModeStatCountsOnlyTheHitsPastTheLimit(t *testing.T) {
+	ta := start(t, map[string]string{"modes.yaml": modesConfig}, nil)
+	// A limit of 1: 3 hits in one request are 2 past it, then 1 more.
+	// envoyproxy/ratelimit f2fb157 counts the same on the same requests.
+	ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "modes", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{desc("shadow", "s")}})
+	ta.ask(t, "modes", desc("shadow", "s"))
+	_, body := ta.get(t, "http://"+ta.DebugAddr()+"/metrics")
+	for _, want := range []string{
+		`sluice_ratelimit_shadow_mode{rule="modes.shadow"} 3`,
+		`sluice_ratelimit_over_limit{rule="modes.shadow"} 3`,
+		`sluice_ratelimit_total_hits{rule="modes.shadow"} 4`,
+		`sluice_ratelimit_near_limit{rule="modes.shadow"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
 func TestShadowMode(t *testing.T) {
 	ta := start(t, map[string]string{"modes.yaml": modesConfig}, nil)
 	for i := range 3 {
@@ -310,9 +330,9 @@ func TestGlobalShadowMode(t *testing.T) {
 
 func TestQuotaMode(t *testing.T) {
 	ta := start(t, map[string]string{"modes.yaml": modesConfig}, nil)
-	// As in envoyproxy/ratelimit, a quota-mode descriptor over its limit
-	// answers OK (with its limit and 0 remaining, but no reset time) and
-	// never makes the request over the limit: a allows 1, b allows 2.
+	// As in envoyproxy/ratelimit main (PR #1059), a quota-mode descriptor
+	// over its limit keeps OVER_LIMIT, and the request is over once every
+	// quota descriptor is: a allows 1, b allows 2.
 	var got []string
 	for range 4 {
 		resp := ta.ask(t, "modes", desc("quota_a", "x"), desc("quota_b", "x"))
@@ -324,9 +344,9 @@ func TestQuotaMode(t *testing.T) {
 	}
 	want := []string{
 		"OK OK/1/0/true OK/2/1/true",
-		"OK OK/1/0/false OK/2/0/true",
-		"OK OK/1/0/false OK/2/0/false",
-		"OK OK/1/0/false OK/2/0/false",
+		"OK OVER_LIMIT/1/0/true OK/2/0/true",
+		"OVER_LIMIT OVER_LIMIT/1/0/true OVER_LIMIT/2/0/true",
+		"OVER_LIMIT OVER_LIMIT/1/0/true OVER_LIMIT/2/0/true",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %q, want %q", got, want)

@@ -105,9 +105,17 @@ type Rule struct {
 	// one counter (see AppendCacheKey).
 	ShareThreshold bool
 
+	// Metadata is the descriptor's metadata map, as YAML reads it (see
+	// yamlconf.Node.Value), returned in responses' dynamic metadata; nil
+	// when the descriptor has none. Read-only.
+	Metadata map[string]any
+
 	// File and Line locate the descriptor that defines the rule.
 	File string
 	Line int
+
+	// leaf reports a rule node without child descriptors.
+	leaf bool
 
 	// levels describes the nodes from the top level down to the rule's
 	// node, one per request entry.
@@ -235,6 +243,19 @@ func (r *Rule) MetricKey(entries []Entry) string {
 		}
 	}
 	return b.String()
+}
+
+// ResponseMetadata is the metadata envoyproxy/ratelimit returns for a
+// request descriptor that r matched, whose stats key is metricKey
+// (MetricKey's answer): r.Metadata, except where upstream loses it because
+// it rebuilds the rule for its statistics — with detailed_metric on a node
+// without child descriptors, and without detailed_metric when
+// value_to_metric made the stats key differ from StatsKey.
+func (r *Rule) ResponseMetadata(metricKey string) map[string]any {
+	if r.DetailedMetric && r.leaf || !r.DetailedMetric && metricKey != r.StatsKey {
+		return nil
+	}
+	return r.Metadata
 }
 
 // String describes the rule on one line, in the style of

@@ -277,8 +277,8 @@ func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefi
 func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int) {
 	nd := &node{}
 	var (
-		rl, children, shareNode yamlconf.Node
-		flags                   [5]bool // shadow, quota, detailed, toMetric, share
+		rl, children, shareNode, metadata yamlconf.Node
+		flags                             [5]bool // shadow, quota, detailed, toMetric, share
 	)
 	fs := p.fields(item, "a descriptor", "key", "value", "rate_limit", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata")
@@ -306,6 +306,7 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 			if !f.val.IsNull() && f.val.Shape() != yamlconf.Map {
 				p.errorf(f.val, "metadata must be a map, got %s", f.val.Describe())
 			}
+			metadata = f.val
 		}
 	}
 	composite, kind := nd.key, "key"
@@ -340,6 +341,10 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 			}
 			r.ShadowMode, r.QuotaMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold = flags[0], flags[1], flags[2], flags[3], flags[4]
 			r.File, r.Line, r.levels = p.doc.File(), item.Line(), here
+			if metadata.Shape() == yamlconf.Map && metadata.Len() > 0 {
+				r.Metadata, _ = metadata.Value().(map[string]any)
+			}
+			r.leaf = children.Len() == 0
 			nd.rule = r
 			if valid {
 				d.rules = append(d.rules, r)

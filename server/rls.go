@@ -47,16 +47,14 @@ type RLSOptions struct {
 	NearLimitRatio float64
 	// GlobalShadowMode answers OK to every request while still counting.
 	GlobalShadowMode bool
-	// GlobalQuotaMode treats every rule as quota_mode: a descriptor over
-	// its limit answers OK (keeping current_limit and limit_remaining) and
-	// never makes the overall code OVER_LIMIT.
+	// GlobalQuotaMode treats every descriptor as quota_mode: one over its
+	// limit keeps OVER_LIMIT, and the overall code is OVER_LIMIT only when
+	// every descriptor (but unlimited ones) is over.
 	GlobalQuotaMode bool
 	// DynamicMetadata adds envoyproxy/ratelimit's response dynamic
 	// metadata: the domain, each descriptor's entries ("key=value"),
-	// limit override and hits_addend, the request's hits_addend, the
-	// indexes of quota-mode descriptors over their limit
-	// (quotaModeViolations), and whether any matched rule is in quota mode
-	// (quotaModeEnabled).
+	// limit override and hits_addend, the request's hits_addend, and the
+	// merged configured metadata of the descriptors that passed.
 	DynamicMetadata bool
 	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset headers for the descriptor closest to its limit.
@@ -124,8 +122,8 @@ type check struct {
 	negative  bool
 	statsKey  string
 
-	txn            int  // index into the request's transactions, or -1
-	quotaViolation bool // over the limit, answered OK by quota mode
+	txn    int  // index into the request's transactions, or -1
+	passed bool // within its limit, or no limit: its metadata is returned
 }
 
 // ShouldRateLimit implements RateLimitServiceServer.
@@ -226,10 +224,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			continue
 		}
 		c.rule = r
-		c.statsKey = r.StatsKey
-		if r.DetailedMetric || r.ValueToMetric {
-			c.statsKey = r.MetricKey(c.entries)
-		}
+		c.statsKey = r.MetricKey(c.entries) // value_to_metric on any level, or detailed_metric
 	}
 
 	txns := sc.txns[:0]
@@ -305,13 +300,13 @@ func (sc *scratch) release() {
 // respond translates the limiter's decisions into the response, with
 // statistics: the one place where a decision becomes an RLS answer.
 //
-// As in envoyproxy/ratelimit, a quota-mode descriptor over its limit (every
-// descriptor with GlobalQuotaMode) answers OK with its current_limit and
-// limit_remaining but no duration_until_reset, and never makes the overall
-// code OVER_LIMIT. The response headers describe the descriptor with the
-// least remaining among those with a limit, the last one over the limit if
-// any is; a quota-mode descriptor over its limit is a candidate like the
-// others (with 0 remaining) but does not take precedence.
+// As in envoyproxy/ratelimit, a quota-mode descriptor (every descriptor
+// with GlobalQuotaMode) over its limit keeps its OVER_LIMIT status; the
+// overall code is OVER_LIMIT when any other descriptor is over, or when
+// the request has quota-mode descriptors and every one of them is over. A
+// shadow-mode descriptor over its limit answers OK. The response headers
+// describe the descriptor with the least remaining among those with a
+// limit, the last one over the limit if any non-quota one is.
 func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
@@ -330,9 +325,9 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(decisions))
 		resets = make([]durationpb.Duration, len(decisions))
 	}
-	overall := rlsv3.RateLimitResponse_OK
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
+	over, quota, quotaOver := 0, 0, 0
 
 	for i := range checks {
 		c := &checks[i]
@@ -343,53 +338,56 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 			st.LimitRemaining = maxUint32
 			continue
 		}
+		isQuota := s.opts.GlobalQuotaMode || (c.rule != nil && c.rule.QuotaMode)
+		if isQuota {
+			quota++
+		}
 		if c.txn < 0 {
+			c.passed = true
 			continue
 		}
 		d := &decisions[c.txn]
 		r := c.rule
-		over := !d.Allowed
 		st.CurrentLimit = &limits[c.txn]
 		st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = r.Name, r.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit)
 		if r.UnitMultiplier > 1 {
 			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
-		if over {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		} else {
+		if d.Allowed {
 			st.LimitRemaining = clampUint32(d.Remaining)
+		} else {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		// duration_until_reset: the end of the window (whole seconds, as
 		// envoyproxy/ratelimit reports it), or for GCRA rules the time
 		// until a request would be allowed when over, and until the bucket
 		// is full otherwise.
 		reset := d.ResetIn
-		if r.Burst > 0 && over && d.RetryIn > 0 {
+		if r.Burst > 0 && !d.Allowed && d.RetryIn > 0 {
 			reset = d.RetryIn
 		}
 		st.DurationUntilReset = &resets[c.txn]
 		st.DurationUntilReset.Seconds, st.DurationUntilReset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
-		s.record(c, d, over)
-		if over && r.ShadowMode {
+		s.record(c, d)
+		if !d.Allowed && r.ShadowMode {
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
 		if s.opts.ResponseHeaders && st.LimitRemaining < closestRemaining {
 			closest, closestRemaining = st, st.LimitRemaining
 		}
-		if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
-			continue
+		switch {
+		case st.Code != rlsv3.RateLimitResponse_OVER_LIMIT:
+			c.passed = true
+		case isQuota:
+			quotaOver++
+		default:
+			over++
+			closest, closestRemaining = st, 0
 		}
-		if r.QuotaMode || s.opts.GlobalQuotaMode {
-			c.quotaViolation = true
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{
-				Code:           rlsv3.RateLimitResponse_OK,
-				CurrentLimit:   st.CurrentLimit,
-				LimitRemaining: st.LimitRemaining,
-			}
-			continue
-		}
-		overall = rlsv3.RateLimitResponse_OVER_LIMIT
-		closest, closestRemaining = st, 0
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if over > 0 || (quota > 0 && quotaOver == quota) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if s.opts.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
@@ -398,13 +396,12 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(limiter.ResetSeconds(closest.DurationUntilReset.AsDuration()), 10)},
 		}
 	}
-	if overall == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadowMode {
-		overall = rlsv3.RateLimitResponse_OK
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.globalShadow.Inc()
 		}
 	}
-	resp.OverallCode = overall
 	return resp
 }
 
@@ -418,8 +415,12 @@ type oneResponse struct {
 	reset  [1]durationpb.Duration
 }
 
-// dynamicMetadata describes the request and its quota-mode violations as
-// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does.
+// dynamicMetadata describes the request as envoyproxy/ratelimit's
+// RESPONSE_DYNAMIC_METADATA does: the domain, each descriptor's entries
+// ("key=value"), limit override and hits_addend, the request's
+// hits_addend, and under "metadata" the configured metadata of the rules
+// of the descriptors that passed, merged in request order (a key already
+// set keeps its value; two maps under one key merge the same way).
 func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check) *structpb.Struct {
 	ds := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
@@ -443,30 +444,59 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check) *structpb.Stru
 	if h := req.GetHitsAddend(); h != 0 {
 		f["hitsAddend"] = structpb.NewNumberValue(float64(h))
 	}
-	var violations []*structpb.Value
-	enabled := false
+	var merged map[string]any
 	for i := range checks {
 		c := &checks[i]
-		if c.quotaViolation {
-			violations = append(violations, structpb.NewNumberValue(float64(i)))
+		if !c.passed || c.rule == nil {
+			continue
 		}
-		enabled = enabled || (c.rule != nil && c.rule.QuotaMode)
+		if m := c.rule.ResponseMetadata(c.statsKey); len(m) > 0 {
+			if merged == nil {
+				merged = map[string]any{}
+			}
+			mergeMetadata(merged, m)
+		}
 	}
-	if len(violations) > 0 {
-		f["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: violations})
+	if len(merged) > 0 {
+		if m, err := structpb.NewStruct(merged); err == nil {
+			f["metadata"] = structpb.NewStructValue(m)
+		}
 	}
-	f["quotaModeEnabled"] = structpb.NewBoolValue(enabled)
 	return &structpb.Struct{Fields: f}
+}
+
+// mergeMetadata adds src's keys to dst: a key dst has keeps its value,
+// except that two maps under one key merge recursively. Maps of dst that
+// came from src are copied first, so configured metadata is never changed.
+func mergeMetadata(dst, src map[string]any) {
+	for k, v := range src {
+		have, ok := dst[k]
+		if !ok {
+			if m, isMap := v.(map[string]any); isMap {
+				cp := make(map[string]any, len(m))
+				mergeMetadata(cp, m)
+				v = cp
+			}
+			dst[k] = v
+			continue
+		}
+		hm, ok1 := have.(map[string]any)
+		vm, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			mergeMetadata(hm, vm)
+		}
+	}
 }
 
 // record adds c's hits to its rule's statistics, as envoyproxy/ratelimit
 // splits them between within, near and over the limit.
-func (s *RLS) record(c *check, d *limiter.Decision, over bool) {
+func (s *RLS) record(c *check, d *limiter.Decision) {
 	m := s.opts.Metrics
 	if m == nil || c.negative {
 		return
 	}
 	st := m.rule(c.statsKey)
+	over := !d.Allowed
 	hits := c.hits
 	st.totalHits.Add(float64(hits))
 	limit := uint64(c.rule.RequestsPerUnit)
@@ -493,7 +523,12 @@ func (s *RLS) record(c *check, d *limiter.Decision, over bool) {
 			st.nearLimit.Add(float64(limit - max(near, before)))
 		}
 		if c.rule.ShadowMode {
-			st.shadowMode.Add(float64(hits))
+			// Only the hits past the limit, as envoyproxy/ratelimit counts.
+			if before >= limit {
+				st.shadowMode.Add(float64(hits))
+			} else {
+				st.shadowMode.Add(float64(after - limit))
+			}
 		}
 		return
 	}

@@ -407,3 +407,43 @@ func (n Node) Len() int {
 	}
 	return 0
 }
+
+// Value is n as a plain Go value, the way go-yaml v2 (and so
+// envoyproxy/ratelimit) reads untyped YAML: a list as []any, an integer as
+// int64, a floating-point number as float64, a boolean (unquoted YAML 1.1
+// words too: yes, no, on, off, y, n) as bool, null as nil, any other
+// scalar as its text, and a mapping as map[string]any whose keys are the
+// keys' values printed by fmt ("y: 1" is keyed "true", "~: 1" "<nil>", as
+// upstream's conversion does); a repeated key keeps its last value.
+func (n Node) Value() any {
+	switch n.Shape() {
+	case Null:
+		return nil
+	case Map:
+		m := make(map[string]any, n.Len())
+		for e := range n.Entries() {
+			m[fmt.Sprint(e.Key.Value())] = e.Value.Value()
+		}
+		return m
+	case List:
+		l := make([]any, 0, n.Len())
+		for item := range n.Items() {
+			l = append(l, item.Value())
+		}
+		return l
+	}
+	if i, ok := n.Int64(); ok {
+		return i
+	}
+	if n.IsFloat() {
+		if f, ok := n.Float(); ok {
+			return f
+		}
+	}
+	if n.n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+		if b, ok := n.Bool(); ok {
+			return b
+		}
+	}
+	return n.n.Value
+}

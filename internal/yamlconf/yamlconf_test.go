@@ -3,6 +3,7 @@ package yamlconf
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -519,4 +520,32 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestValueReadsUntypedYAMLAsGoYAMLv2Does(t *testing.T) {
+	t.Parallel()
+	d, err := Parse("v.yaml", []byte(`a: 1
+b: 1.5
+c: yes
+d: "yes"
+e: text
+f: ~
+g: [1, two, {h: false}]
+i:
+  j: k
+  y: yes
+  01: one
+  ~: none
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"a": int64(1), "b": 1.5, "c": true, "d": "yes", "e": "text", "f": nil,
+		"g": []any{int64(1), "two", map[string]any{"h": false}},
+		"i": map[string]any{"j": "k", "true": true, "1": "one", "<nil>": "none"},
+	}
+	if got := d.Root().Value(); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v, want %#v", got, want)
+	}
 }
