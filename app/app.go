@@ -157,23 +157,24 @@ func (a *App) RLS() *server.RLS { return a.rls }
 // loadDescriptors (re)loads the descriptor configuration and swaps it in
 // when valid.
 func (a *App) loadDescriptors() error {
-	if a.opts.ConfigPath == "" {
+	path := a.opts.descriptorPath()
+	if path == "" {
 		if a.rls.Config() == nil {
 			cfg, _ := descriptors.New()
 			a.rls.SetConfig(cfg)
 		}
 		return nil
 	}
-	cfg, err := descriptors.Load(a.opts.ConfigPath)
+	cfg, err := descriptors.LoadWith(path, a.opts.descriptorLoadOptions())
 	if err != nil {
 		a.reloads.WithLabelValues("descriptors", "failure").Inc()
 		a.lastReload.WithLabelValues("descriptors").Set(0)
-		return fmt.Errorf("load descriptor config %s: %w", a.opts.ConfigPath, err)
+		return fmt.Errorf("load descriptor config %s: %w", path, err)
 	}
 	a.rls.SetConfig(cfg)
 	a.reloads.WithLabelValues("descriptors", "success").Inc()
 	a.lastReload.WithLabelValues("descriptors").Set(1)
-	a.log.Info("descriptor config loaded", "path", a.opts.ConfigPath, "domains", len(cfg.Domains()))
+	a.log.Info("descriptor config loaded", "path", path, "domains", len(cfg.Domains()))
 	return nil
 }
 
