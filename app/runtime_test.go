@@ -2,8 +2,10 @@ package app_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -294,5 +296,67 @@ func TestRuntimeRootSwapUnderLoadOnRedis(t *testing.T) {
 	}
 	if ks, _ := keys.([]any); len(ks) != 1 {
 		t.Errorf("got Redis keys %v for domain more, want one counter", keys)
+	}
+}
+
+func TestRuntimeFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    func(o app.Options) string // "" when o is right, else what is wrong
+		wantErr string
+	}{
+		{name: "defaults match envoyproxy/ratelimit's", want: func(o app.Options) string {
+			if o.RuntimeRoot != "" || o.RuntimeSubdirectory != "" || o.RuntimeAppDirectory != "config" ||
+				!o.RuntimeWatchRoot || o.RuntimeIgnoreDotfiles || o.MergeDomainConfig {
+				return "not the defaults"
+			}
+			return ""
+		}},
+		{name: "every flag is read",
+			args: []string{"--runtime-root", "/srv/current", "--runtime-subdirectory", "ratelimit", "--runtime-appdirectory", "cfg",
+				"--runtime-watch-root=false", "--runtime-ignore-dotfiles", "--merge-domain-config"},
+			want: func(o app.Options) string {
+				if o.RuntimeRoot != "/srv/current" || o.RuntimeSubdirectory != "ratelimit" || o.RuntimeAppDirectory != "cfg" ||
+					o.RuntimeWatchRoot || !o.RuntimeIgnoreDotfiles || !o.MergeDomainConfig {
+					return "a flag was not read"
+				}
+				return ""
+			}},
+		{name: "every flag reads its SLUICE_ variable",
+			env: map[string]string{"SLUICE_RUNTIME_ROOT": "/srv/current", "SLUICE_RUNTIME_SUBDIRECTORY": "ratelimit",
+				"SLUICE_RUNTIME_APPDIRECTORY": "cfg", "SLUICE_RUNTIME_WATCH_ROOT": "false",
+				"SLUICE_RUNTIME_IGNORE_DOTFILES": "true", "SLUICE_MERGE_DOMAIN_CONFIG": "true"},
+			want: func(o app.Options) string {
+				if o.RuntimeRoot != "/srv/current" || o.RuntimeSubdirectory != "ratelimit" || o.RuntimeAppDirectory != "cfg" ||
+					o.RuntimeWatchRoot || !o.RuntimeIgnoreDotfiles || !o.MergeDomainConfig {
+					return "a variable was not read"
+				}
+				return ""
+			}},
+		{name: "--config and --runtime-root together are an error",
+			args: []string{"--config", "x", "--runtime-root", "/srv/current"}, wantErr: "--runtime-root: --config and --runtime-root are exclusive"},
+		{name: "an absolute subdirectory is an error",
+			args: []string{"--runtime-root", "/srv/current", "--runtime-subdirectory", "/etc"}, wantErr: `--runtime-subdirectory: "/etc" must be a relative path`},
+		{name: "an appdirectory leaving the root is an error",
+			args: []string{"--runtime-root", "/srv/current", "--runtime-appdirectory", "../x"}, wantErr: `--runtime-appdirectory: "../x" must be a relative path`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := app.ParseServe(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got error %v, want none", err)
+			}
+			if bad := tt.want(o); bad != "" {
+				t.Fatalf("got %+v: %s", o, bad)
+			}
+		})
 	}
 }
