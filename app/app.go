@@ -52,7 +52,8 @@ type App struct {
 
 	limits atomic.Pointer[limits.Set]
 
-	reloadMu sync.Mutex // serialises reloads
+	reloadMu sync.Mutex    // serialises reloads
+	reloaded chan struct{} // signalled after every reload, so the watcher follows moved paths
 
 	grpcServer  *grpc.Server
 	httpServer  *http.Server
@@ -102,7 +103,7 @@ func New(o Options, deps Deps) (*App, error) {
 	if clk == nil {
 		clk = clock.New()
 	}
-	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry()}
+	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry(), reloaded: make(chan struct{}, 1)}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Name: "config_reloads_total",
@@ -192,6 +193,10 @@ func (a *App) Reload() error {
 	if err := a.loadLimits(); err != nil {
 		a.log.Error("limits reload failed, keeping the running limits", "err", err)
 		errs = append(errs, err)
+	}
+	select {
+	case a.reloaded <- struct{}{}:
+	default: // the watcher has a signal pending already
 	}
 	return errors.Join(errs...)
 }

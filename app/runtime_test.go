@@ -144,6 +144,17 @@ func TestRuntimeRootSwapIsMissedWithoutWatchRoot(t *testing.T) {
 	if n, err := limitOf(ta, "rt", "k", "v"); err != nil || n != 22 {
 		t.Fatalf("after a reload: got %d, %v; want 22", n, err)
 	}
+	// The reload moves the watch to the new version (in the watcher's
+	// goroutine, soon after): editing it reloads. The edit is repeated, more
+	// slowly than reloads coalesce, in case it came before the move.
+	deadline := time.Now().Add(5 * time.Second)
+	for n := uint32(0); n != 33; n, _ = limitOf(ta, "rt", "k", "v") {
+		if time.Now().After(deadline) {
+			t.Fatalf("after editing the new version: got %d, want 33", n)
+		}
+		writeFile(t, filepath.Join(l.base, "v2", l.subdir, "config", "rt.yaml"), domainFile("rt", 33))
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func TestRuntimeLayoutOptions(t *testing.T) {

@@ -143,8 +143,8 @@ func (w *watcher) matters(path string) bool {
 // new timestamped directory) are seen; in the goruntime layout it also
 // watches the directory holding --runtime-root, so that swapping that
 // symlink to a new directory reloads (unless --runtime-watch-root=false).
-// After each reload the watches follow the paths to their current
-// directories. Bursts of events within ReloadDelay are coalesced into one
+// After each reload, SIGHUP's included, the watches follow the paths to
+// their current directories. Bursts of events within ReloadDelay are coalesced into one
 // reload. The returned function stops the watcher.
 func (a *App) watch() (func(), error) {
 	if len(a.watchedDirs()) == 0 {
@@ -192,6 +192,8 @@ func (a *App) watch() (func(), error) {
 				fire = nil
 				w.update()
 				_ = a.Reload()
+			case <-a.reloaded: // any reload, SIGHUP's included
+				w.update()
 			}
 		}
 	}()
