@@ -371,3 +371,19 @@ func TestRuntimeFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigSymlinkSwapReloads(t *testing.T) {
+	// --config may itself name a symlink swapped to new versions, as
+	// RUNTIME_ROOT does; the swap reloads.
+	l := newRuntimeLayout(t)
+	l.version("v1", map[string]string{"rt.yaml": domainFile("rt", 11)})
+	l.version("v2", map[string]string{"rt.yaml": domainFile("rt", 22)})
+	l.swap("v1")
+	ta := start(t, nil, func(o *app.Options) { o.ConfigPath = l.root() })
+	// The root holds ratelimit/config/rt.yaml; --config loads it, nested.
+	if n, err := limitOf(ta, "rt", "k", "v"); err != nil || n != 11 {
+		t.Fatalf("before the swap: got %d, %v; want 11", n, err)
+	}
+	l.swap("v2")
+	eventually(t, "the swapped version", func() bool { n, _ := limitOf(ta, "rt", "k", "v"); return n == 22 })
+}
