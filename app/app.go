@@ -52,7 +52,8 @@ type App struct {
 
 	limits atomic.Pointer[limits.Set]
 
-	reloadMu sync.Mutex // serialises reloads
+	reloadMu sync.Mutex    // serialises reloads
+	reloaded chan struct{} // signalled after every reload, so the watcher follows moved paths
 
 	grpcServer  *grpc.Server
 	httpServer  *http.Server
@@ -102,7 +103,7 @@ func New(o Options, deps Deps) (*App, error) {
 	if clk == nil {
 		clk = clock.New()
 	}
-	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry()}
+	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry(), reloaded: make(chan struct{}, 1)}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Name: "config_reloads_total",
@@ -157,23 +158,24 @@ func (a *App) RLS() *server.RLS { return a.rls }
 // loadDescriptors (re)loads the descriptor configuration and swaps it in
 // when valid.
 func (a *App) loadDescriptors() error {
-	if a.opts.ConfigPath == "" {
+	path := a.opts.descriptorPath()
+	if path == "" {
 		if a.rls.Config() == nil {
 			cfg, _ := descriptors.New()
 			a.rls.SetConfig(cfg)
 		}
 		return nil
 	}
-	cfg, err := descriptors.Load(a.opts.ConfigPath)
+	cfg, err := descriptors.LoadWith(path, a.opts.descriptorLoadOptions())
 	if err != nil {
 		a.reloads.WithLabelValues("descriptors", "failure").Inc()
 		a.lastReload.WithLabelValues("descriptors").Set(0)
-		return fmt.Errorf("load descriptor config %s: %w", a.opts.ConfigPath, err)
+		return fmt.Errorf("load descriptor config %s: %w", path, err)
 	}
 	a.rls.SetConfig(cfg)
 	a.reloads.WithLabelValues("descriptors", "success").Inc()
 	a.lastReload.WithLabelValues("descriptors").Set(1)
-	a.log.Info("descriptor config loaded", "path", a.opts.ConfigPath, "domains", len(cfg.Domains()))
+	a.log.Info("descriptor config loaded", "path", path, "domains", len(cfg.Domains()))
 	return nil
 }
 
@@ -191,6 +193,10 @@ func (a *App) Reload() error {
 	if err := a.loadLimits(); err != nil {
 		a.log.Error("limits reload failed, keeping the running limits", "err", err)
 		errs = append(errs, err)
+	}
+	select {
+	case a.reloaded <- struct{}{}:
+	default: // the watcher has a signal pending already
 	}
 	return errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,25 @@ type Options struct {
 	// ConfigPath is a descriptor config file or a directory of *.yaml/*.yml
 	// domain files (dotfiles ignored). Empty: no Envoy domains.
 	ConfigPath string
+
+	// RuntimeRoot, with RuntimeSubdirectory and RuntimeAppDirectory, names
+	// the descriptor config directory the way envoyproxy/ratelimit's
+	// goruntime layout does (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY,
+	// RUNTIME_APPDIRECTORY): RuntimeRoot/RuntimeSubdirectory/
+	// RuntimeAppDirectory. Empty RuntimeRoot (the default): ConfigPath is
+	// used; the two are exclusive. RuntimeAppDirectory defaults to "config".
+	RuntimeRoot, RuntimeSubdirectory, RuntimeAppDirectory string
+	// RuntimeWatchRoot (default true, RUNTIME_WATCH_ROOT) also reloads when
+	// RuntimeRoot itself is replaced, as an atomic symlink swap does;
+	// false watches only the config directory.
+	RuntimeWatchRoot bool
+	// RuntimeIgnoreDotfiles (default false, RUNTIME_IGNOREDOTFILES) skips
+	// dot-named files and directories under the runtime layout; when false
+	// they load too, as upstream does. ConfigPath always skips them.
+	RuntimeIgnoreDotfiles bool
+	// MergeDomainConfig (default false, MERGE_DOMAIN_CONFIG) merges files
+	// that declare the same domain instead of rejecting them.
+	MergeDomainConfig bool
 	// GRPCAddr, HTTPAddr and DebugAddr are listen addresses. Defaults
 	// :8081, :8080 and 127.0.0.1:6070 (envoyproxy/ratelimit's ports).
 	GRPCAddr, HTTPAddr, DebugAddr string
@@ -113,6 +133,9 @@ func Defaults() Options {
 		GRPCWorkers:     64,
 		OnStoreError:    "error",
 		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true},
+
+		RuntimeAppDirectory: "config",
+		RuntimeWatchRoot:    true,
 	}
 }
 
@@ -127,6 +150,14 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.ConfigPath, "config", o.ConfigPath, "descriptor config file or directory of *.yaml domain files")
+
+	fs.StringVar(&o.RuntimeRoot, "runtime-root", o.RuntimeRoot, "goruntime layout root (often a symlink); descriptor files are in root/subdirectory/appdirectory (instead of --config)")
+	fs.StringVar(&o.RuntimeSubdirectory, "runtime-subdirectory", o.RuntimeSubdirectory, "goruntime layout subdirectory below --runtime-root")
+	fs.StringVar(&o.RuntimeAppDirectory, "runtime-appdirectory", o.RuntimeAppDirectory, "goruntime layout directory of domain files below the subdirectory")
+	fs.BoolVar(&o.RuntimeWatchRoot, "runtime-watch-root", o.RuntimeWatchRoot, "reload when --runtime-root itself is replaced (a symlink swap); false: watch only the config directory")
+	fs.BoolVar(&o.RuntimeIgnoreDotfiles, "runtime-ignore-dotfiles", o.RuntimeIgnoreDotfiles, "skip dot-named files and directories in the goruntime layout")
+	fs.BoolVar(&o.MergeDomainConfig, "merge-domain-config", o.MergeDomainConfig, "merge files that declare the same domain instead of rejecting them")
+
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address (RLS v3 and sluice.v1)")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP listen address (/json, /v1/*, /healthcheck)")
 	fs.StringVar(&o.DebugAddr, "debug-addr", o.DebugAddr, "debug listen address (/metrics, /rlconfig, /debug/pprof/)")
@@ -235,6 +266,15 @@ func (o *Options) Validate() error {
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	if o.RuntimeRoot != "" && o.ConfigPath != "" {
+		bad("runtime-root", "--config and --runtime-root are exclusive: give one")
+	}
+	for _, f := range [...][2]string{{"runtime-subdirectory", o.RuntimeSubdirectory}, {"runtime-appdirectory", o.RuntimeAppDirectory}} {
+		if f[1] != "" && !filepath.IsLocal(f[1]) {
+			bad(f[0], "%q must be a relative path inside --runtime-root", f[1])
+		}
+	}
+
 	if o.NearLimitRatio <= 0 || o.NearLimitRatio > 1 {
 		bad("near-limit-ratio", "%s is outside (0, 1]", strconv.FormatFloat(o.NearLimitRatio, 'g', -1, 64))
 	}

@@ -21,6 +21,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	limitsPath := fs.String("limits", "", "key-value limits defaults file")
 	overrides := fs.String("overrides", "", "key-value limits overrides file")
 	adaptivePath := fs.String("adaptive", "", "adaptive limiter config file")
+	merge := fs.Bool("merge-domain-config", false, "merge descriptor files that declare the same domain instead of rejecting them (MERGE_DOMAIN_CONFIG)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -47,7 +48,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *config != "" {
-		_, err := descriptors.Load(*config)
+		_, err := descriptors.LoadWith(*config, descriptors.LoadOptions{MergeDomains: *merge})
 		report("config", *config, err)
 	}
 	if *adaptivePath != "" {

@@ -279,3 +279,202 @@ func TestProxyShutdownTimeout(t *testing.T) {
 		t.Fatal("proxy did not exit within 8s of SIGTERM with SLUICE_SHUTDOWN_TIMEOUT=300ms")
 	}
 }
+
+// envoyCompatData finds envoyproxy/ratelimit's configuration files,
+// shared/compat-data/envoy in a directory above the repository. It skips
+// the test when they are missing, or fails it when SLUICE_REQUIRE_REDIS=1
+// asks for every integration test to run.
+func envoyCompatData(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p := filepath.Join(dir, "shared", "compat-data", "envoy")
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	const msg = "shared/compat-data/envoy not found above the repository"
+	if os.Getenv("SLUICE_REQUIRE_REDIS") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// upstreamAcceptsFile says, for every configuration file envoyproxy/ratelimit
+// ships (paths relative to shared/compat-data/envoy), whether upstream's own
+// loader accepts it on its own. The table was produced by running
+// upstream's config_check_cmd (built from envoyproxy/ratelimit at f2fb157,
+// outside this repository) on a directory holding only that file:
+// accepted means exit status 0.
+var upstreamAcceptsFile = map[string]bool{
+	"README/snippet-03-line-0377.yaml":                                                                   true,
+	"README/snippet-04-line-0402.yaml":                                                                   true,
+	"README/snippet-05-line-0452.yaml":                                                                   true,
+	"README/snippet-06-line-0493.yaml":                                                                   true,
+	"README/snippet-07-line-0505.yaml":                                                                   true,
+	"README/snippet-08-line-0521.yaml":                                                                   true,
+	"README/snippet-09-line-0553.yaml":                                                                   true,
+	"README/snippet-10-line-0584.yaml":                                                                   true,
+	"README/snippet-11-line-0620.yaml":                                                                   true,
+	"README/snippet-12-line-0651.yaml":                                                                   true,
+	"README/snippet-13-line-0665.yaml":                                                                   true,
+	"README/snippet-14-line-0679.yaml":                                                                   true,
+	"README/snippet-15-line-0695.yaml":                                                                   true,
+	"README/snippet-16-line-0722.yaml":                                                                   true,
+	"README/snippet-17-line-0747.yaml":                                                                   true,
+	"README/snippet-18-line-0776.yaml":                                                                   true,
+	"examples/ratelimit/config/config.yaml":                                                              true,
+	"examples/ratelimit/config/example.yaml":                                                             true,
+	"history/2017-01-30-d129b8b43/test/config/basic_config.yaml":                                         true,
+	"history/2017-01-30-d129b8b43/test/config/duplicate_key.yaml":                                        false,
+	"history/2017-01-30-d129b8b43/test/config/misspelled_key.yaml":                                       false,
+	"history/2017-01-30-d129b8b43/test/config/misspelled_key2.yaml":                                      false,
+	"history/2017-01-30-d129b8b43/test/config/non_map_list.yaml":                                         false,
+	"history/2017-01-30-d129b8b43/test/config/non_string_key.yaml":                                       false,
+	"history/2017-01-30-d129b8b43/test/integration/runtime/current/ratelimit/config/another.yaml":        true,
+	"history/2017-01-30-d129b8b43/test/integration/runtime/current/ratelimit/config/basic.yaml":          true,
+	"history/2017-02-06-3c924193b/test/config/basic_config.yaml":                                         true,
+	"history/2017-12-18-347aea661/test/config/basic_config.yaml":                                         true,
+	"history/2018-06-11-2e0387bd0/test/integration/runtime/current/ratelimit/config/another_legacy.yaml": true,
+	"history/2018-06-11-2e0387bd0/test/integration/runtime/current/ratelimit/config/basic_legacy.yaml":   true,
+	"history/2018-11-14-1da36ecc8/test/integration/runtime/current/ratelimit/config/basic_headers.yaml":  true,
+	"history/2019-12-20-87ed58e3a/test/integration/runtime/current/ratelimit/config/another.yaml":        true,
+	"history/2019-12-20-87ed58e3a/test/integration/runtime/current/ratelimit/config/another_legacy.yaml": true,
+	"history/2019-12-20-87ed58e3a/test/integration/runtime/current/ratelimit/config/basic.yaml":          true,
+	"history/2019-12-20-87ed58e3a/test/integration/runtime/current/ratelimit/config/basic_legacy.yaml":   true,
+	"history/2020-01-17-403b5b5c5/test/integration/runtime/current/ratelimit/config/another_legacy.yaml": true,
+	"history/2020-05-26-85cbfd621/test/integration/runtime/current/ratelimit/config/basic.yaml":          true,
+	"history/2020-09-04-9b421960f/examples/ratelimit/config/example.yaml":                                true,
+	"history/2021-07-07-edab0ecf6/examples/ratelimit/config/example.yaml":                                true,
+	"history/2021-07-07-edab0ecf6/test/config/basic_config.yaml":                                         true,
+	"history/2021-10-05-1c1d46ec4/examples/ratelimit/config/example.yaml":                                true,
+	"history/2022-07-13-1f4ea68e5/examples/ratelimit/config/example.yaml":                                true,
+	"history/2023-01-17-f28024e33/examples/ratelimit/config/example.yaml":                                true,
+	"history/2023-01-17-f28024e33/test/config/basic_config.yaml":                                         true,
+	"history/2023-03-27-008b66acb/test/config/wildcard.yaml":                                             true,
+	"history/2023-05-12-b3562caaa/test/config/wildcard.yaml":                                             true,
+	"history/2025-12-04-afec97a76/test/config/share_threshold.yaml":                                      true,
+	"history/2026-03-16-b1603d112/examples/ratelimit/config/example.yaml":                                true,
+	"test/config/bad_limit_unit.yaml":                                                                    false,
+	"test/config/bad_yaml.yaml":                                                                          false,
+	"test/config/basic_config.yaml":                                                                      true,
+	"test/config/duplicate_domain.yaml":                                                                  true,
+	"test/config/duplicate_key.yaml":                                                                     false,
+	"test/config/empty_domain.yaml":                                                                      false,
+	"test/config/empty_key.yaml":                                                                         false,
+	"test/config/merge_domain_key1.yaml":                                                                 true,
+	"test/config/merge_domain_key2.yaml":                                                                 true,
+	"test/config/metadata.yaml":                                                                          true,
+	"test/config/misspelled_key.yaml":                                                                    false,
+	"test/config/misspelled_key2.yaml":                                                                   false,
+	"test/config/non_map_list.yaml":                                                                      false,
+	"test/config/non_string_key.yaml":                                                                    false,
+	"test/config/replaces_empty.yaml":                                                                    false,
+	"test/config/replaces_self.yaml":                                                                     false,
+	"test/config/shadowmode_config.yaml":                                                                 true,
+	"test/config/share_threshold.yaml":                                                                   true,
+	"test/config/unlimited_with_unit.yaml":                                                               false,
+	"test/config/wildcard.yaml":                                                                          true,
+	"test/integration/runtime/current/ratelimit/config/another.yaml":                                     true,
+	"test/integration/runtime/current/ratelimit/config/basic.yaml":                                       true,
+	"test/integration/runtime/current/ratelimit/config/share_threshold.yaml":                             true,
+	"test/integration/runtime/current/ratelimit/reload.yaml":                                             true,
+}
+
+// upstreamAcceptsSet says whether upstream's loader accepts files loaded
+// together, with and without MERGE_DOMAIN_CONFIG. Produced like
+// upstreamAcceptsFile, with config_check_cmd -config_dir on the directory
+// (or on a directory of links to the files) and -merge_domain_configs.
+var upstreamAcceptsSet = []struct {
+	paths    []string // one directory, or files linked into one directory
+	merge    bool
+	accepted bool
+}{
+	{paths: []string{"test/config/basic_config.yaml", "test/config/duplicate_domain.yaml"}, merge: false, accepted: false},
+	{paths: []string{"test/config/basic_config.yaml", "test/config/duplicate_domain.yaml"}, merge: true, accepted: true},
+	{paths: []string{"test/config/merge_domain_key1.yaml", "test/config/merge_domain_key2.yaml"}, merge: false, accepted: false},
+	{paths: []string{"test/config/merge_domain_key1.yaml", "test/config/merge_domain_key2.yaml"}, merge: true, accepted: true},
+	{paths: []string{"README"}, merge: false, accepted: false}, // example4 declared twice
+	{paths: []string{"README"}, merge: true, accepted: false},  // example4's key_value declared twice
+	{paths: []string{"test/config"}, merge: false, accepted: false},
+	{paths: []string{"test/config"}, merge: true, accepted: false},
+	{paths: []string{"test/integration/runtime/current/ratelimit/config"}, merge: false, accepted: true},
+	{paths: []string{"test/integration/runtime/current/ratelimit/config"}, merge: true, accepted: true},
+	{paths: []string{"examples/ratelimit/config"}, merge: false, accepted: true},
+	{paths: []string{"examples/ratelimit/config"}, merge: true, accepted: true},
+	{paths: []string{"history/2017-01-30-d129b8b43/test/integration/runtime/current/ratelimit/config"}, merge: false, accepted: true},
+	{paths: []string{"history/2018-06-11-2e0387bd0/test/integration/runtime/current/ratelimit/config"}, merge: false, accepted: true},
+	{paths: []string{"history/2019-12-20-87ed58e3a/test/integration/runtime/current/ratelimit/config"}, merge: false, accepted: true},
+}
+
+func TestCheckAgreesWithUpstreamOnEveryShippedFile(t *testing.T) {
+	root := envoyCompatData(t)
+	var seen int
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		seen++
+		want, ok := upstreamAcceptsFile[rel]
+		if !ok {
+			t.Errorf("%s: not in upstreamAcceptsFile; run upstream's config_check_cmd on it and add it", rel)
+			return nil
+		}
+		t.Run(rel, func(t *testing.T) {
+			code, _, errOut := runCmd("check", "--config", path)
+			if got := code == 0; got != want {
+				t.Errorf("sluice check accepted = %t (exit %d: %s), want %t as upstream", got, code, strings.TrimSpace(errOut), want)
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(upstreamAcceptsFile) {
+		t.Errorf("walked %d files, want the %d upstreamAcceptsFile lists", seen, len(upstreamAcceptsFile))
+	}
+}
+
+func TestCheckAgreesWithUpstreamOnFilesLoadedTogether(t *testing.T) {
+	root := envoyCompatData(t)
+	for _, tt := range upstreamAcceptsSet {
+		name := strings.Join(tt.paths, " + ")
+		if tt.merge {
+			name += " merged"
+		}
+		t.Run(name, func(t *testing.T) {
+			config := filepath.Join(root, tt.paths[0])
+			if len(tt.paths) > 1 {
+				config = t.TempDir()
+				for _, p := range tt.paths {
+					if err := os.Symlink(filepath.Join(root, p), filepath.Join(config, filepath.Base(p))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			args := []string{"check", "--config", config}
+			if tt.merge {
+				args = append(args, "--merge-domain-config")
+			}
+			code, _, errOut := runCmd(args...)
+			if got := code == 0; got != tt.accepted {
+				t.Errorf("sluice check accepted = %t (exit %d: %s), want %t as upstream", got, code, strings.TrimSpace(errOut), tt.accepted)
+			}
+		})
+	}
+}
