@@ -63,6 +63,7 @@ type App struct {
 	debugLn     net.Listener
 
 	stopWatch func()
+	stopXDS   func() // stops the xDS client; nil without one
 }
 
 // NewLogger builds the logger the options ask for, writing to w.
@@ -103,6 +104,10 @@ func New(o Options, deps Deps) (*App, error) {
 		clk = clock.New()
 	}
 	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry()}
+	if o.ConfigType == ConfigTypeXDS && o.ConfigPath != "" {
+		log.Warn("--config is ignored: the descriptor config comes from xDS", "config", o.ConfigPath)
+		a.opts.ConfigPath = ""
+	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Name: "config_reloads_total",
@@ -158,7 +163,9 @@ func (a *App) RLS() *server.RLS { return a.rls }
 // when valid.
 func (a *App) loadDescriptors() error {
 	if a.opts.ConfigPath == "" {
-		if a.rls.Config() == nil {
+		// With xDS there is no config, and the service is not ready, until
+		// the management server sends one.
+		if a.rls.Config() == nil && a.opts.ConfigType != ConfigTypeXDS {
 			cfg, _ := descriptors.New()
 			a.rls.SetConfig(cfg)
 		}
@@ -277,6 +284,10 @@ func (a *App) Start() error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
+	if err := a.startXDS(); err != nil {
+		a.closeListeners()
+		return err
+	}
 	if a.grpcLn != nil {
 		go func() { _ = a.grpcServer.Serve(a.grpcLn) }()
 	}
@@ -326,6 +337,9 @@ func (a *App) DebugAddr() string { return addrOf(a.debugLn) }
 func (a *App) Shutdown(ctx context.Context) error {
 	if a.stopWatch != nil {
 		a.stopWatch()
+	}
+	if a.stopXDS != nil {
+		a.stopXDS()
 	}
 	if a.health != nil {
 		a.health.Shutdown()
