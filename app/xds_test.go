@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/xds/xdstest"
@@ -123,6 +126,35 @@ func TestXDSConfigServesRLS(t *testing.T) {
 		if got := reloadCount(t, ta, "failure"); got != 1 {
 			t.Errorf("failed reloads: got %v, want 1", got)
 		}
+	})
+}
+
+// TestXDSOverMutualTLS takes the config from a management server that
+// requires a client certificate, checking its certificate by a name that
+// is not the dialled address.
+func TestXDSOverMutualTLS(t *testing.T) {
+	p := newPKI(t, t.TempDir(), "xds")
+	serverCert, err := tls.LoadX509KeyPair(p.serverCert, p.serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := xdstest.Start(t, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: p.caPool,
+	})))
+	srv.Set(t, "default", "1", xdsDomain("tls", 9))
+	ta := start(t, nil, func(o *app.Options) {
+		o.ConfigType = app.ConfigTypeXDS
+		o.XDS.ServerURL = srv.Addr // 127.0.0.1:port; the certificate also names localhost
+		o.XDS.UseTLS = true
+		o.XDS.ClientTLSCert, o.XDS.ClientTLSKey = p.clientCert, p.clientKey
+		o.XDS.ServerTLSCACert = p.caFile
+		o.XDS.ServerTLSSAN = "localhost"
+		o.XDS.ConnectRetryInterval = 20 * time.Millisecond
+		o.XDS.BackoffInitial, o.XDS.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
+	})
+	eventually(t, "the limit from the TLS server is served", func() bool {
+		l, err := limitOf(ta, "tls", "k", "v")
+		return err == nil && l == 9
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -336,6 +337,32 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := xds.New(tt.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestTLSCredentialsRefusesBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := dir + "/not.pem"
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name          string
+		cert, key, ca string
+		wantErr       string
+	}{
+		{name: "a certificate without a key is refused", cert: "c.pem", wantErr: "a client certificate and key go together"},
+		{name: "a missing client certificate is refused", cert: dir + "/none.pem", key: dir + "/none-key.pem", wantErr: "xds TLS client certificate"},
+		{name: "a missing CA file is refused", ca: dir + "/none-ca.pem", wantErr: "xds TLS CA"},
+		{name: "a CA file without a certificate is refused", ca: notPEM, wantErr: "no PEM certificate in it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := xds.TLSCredentials(tt.cert, tt.key, tt.ca, "")
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
 			}

@@ -31,18 +31,19 @@ type Server struct {
 
 	cache cachev3.SnapshotCache
 	ctx   context.Context
+	opts  []grpc.ServerOption
 
 	mu       sync.Mutex // protects the fields below
 	grpc     *grpc.Server
 	requests []*discoveryv3.DiscoveryRequest
 }
 
-// Start starts a server on a free loopback port; it stops when the test
-// ends.
-func Start(t testing.TB) *Server {
+// Start starts a server on a free loopback port, with opts (grpc.Creds
+// for TLS, say); it stops when the test ends.
+func Start(t testing.TB, opts ...grpc.ServerOption) *Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), ctx: ctx}
+	s := &Server{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), ctx: ctx, opts: opts}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("xdstest: listen: %v", err)
@@ -63,7 +64,7 @@ func (s *Server) serve(ln net.Listener) {
 		s.mu.Unlock()
 		return nil
 	}}
-	g := grpc.NewServer()
+	g := grpc.NewServer(s.opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(s.ctx, s.cache, cb))
 	s.mu.Lock()
 	s.grpc = g
