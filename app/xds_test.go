@@ -127,6 +127,19 @@ func TestXDSConfigServesRLS(t *testing.T) {
 			t.Errorf("failed reloads: got %v, want 1", got)
 		}
 	})
+
+	t.Run("after a server restart a newer snapshot is served", func(t *testing.T) {
+		srv.Stop()
+		srv.Set(t, node, "4", xdsDomain("xds", 80))
+		if l, err := limitOf(ta, "xds", "k", "v"); err != nil || l != 50 {
+			t.Errorf("limit while the server is down: got %d (err %v), want 50", l, err)
+		}
+		srv.Restart(t)
+		eventually(t, "the limit of version 4 is served", func() bool {
+			l, err := limitOf(ta, "xds", "k", "v")
+			return err == nil && l == 80
+		})
+	})
 }
 
 // TestXDSOverMutualTLS takes the config from a management server that
