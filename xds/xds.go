@@ -60,8 +60,10 @@ type Options struct {
 	Credentials credentials.TransportCredentials
 	// MaxRecvMsgSize bounds a response in bytes; 0: gRPC's default, 4 MiB.
 	MaxRecvMsgSize int
-	// ConnectRetry is how often the connection is dialled again while the
-	// server cannot be reached; default 3s.
+	// ConnectRetry is how often the connection is dialled again, in the
+	// background, while the server cannot be reached; default 3s. A stream
+	// opened while the connection is down fails at once, with the reason
+	// logged, and is tried again after the backoff.
 	ConnectRetry time.Duration
 	// BackoffInitial is the wait before opening a new stream after one
 	// breaks; it doubles after every stream that broke without a response,
@@ -81,7 +83,8 @@ type Options struct {
 }
 
 // Client receives descriptor configuration from an xDS management server.
-// Create it with New and call Run; a Client is used by one Run at a time.
+// Create it with New and call Run once: Run closes the connection when it
+// returns.
 type Client struct {
 	opts Options
 	log  *slog.Logger
@@ -214,7 +217,7 @@ func (c *Client) backoff(n int) time.Duration {
 func (c *Client) stream(ctx context.Context) (got bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return false, fmt.Errorf("open stream: %w", err)
 	}
