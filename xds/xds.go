@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -246,6 +247,9 @@ func (c *Client) stream(ctx context.Context) (got bool, err error) {
 			c.log.Info("xDS configuration applied", "version", c.version, "domains", len(cfg.Domains()))
 		}
 		if err := s.Send(req); err != nil {
+			if errors.Is(err, io.EOF) { // the stream ended; Recv tells why
+				_, err = s.Recv()
+			}
 			return got, fmt.Errorf("send ACK/NACK: %w", err)
 		}
 	}
@@ -279,12 +283,13 @@ func (c *Client) decode(resp *discoveryv3.DiscoveryResponse) (*descriptors.Confi
 	return Config(resp.GetResources())
 }
 
-// truncate shortens s to at most n bytes, marking the cut.
+// truncate shortens s to at most n bytes, marking the cut, and keeps it
+// valid UTF-8 as a proto3 string must be.
 func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+	if len(s) > n {
+		s = s[:n] + " …(truncated)"
 	}
-	return s[:n] + " …(truncated)"
+	return strings.ToValidUTF8(s, "")
 }
 
 // Config builds a configuration from RateLimitConfig resources, one domain
