@@ -299,6 +299,7 @@ func Config(resources []*anypb.Any) (*descriptors.Config, error) {
 	var (
 		domains []*descriptors.Domain
 		errs    []error
+		owner   = make(map[string]string) // domain → name of the resource that holds it
 	)
 	for i, res := range resources {
 		if res.GetTypeUrl() != TypeURL {
@@ -315,6 +316,11 @@ func Config(resources []*anypb.Any) (*descriptors.Config, error) {
 			errs = append(errs, err)
 			continue
 		}
+		if prev, ok := owner[d.Name()]; ok {
+			errs = append(errs, fmt.Errorf("RateLimitConfig %q: duplicate domain %q, already in RateLimitConfig %q", rc.GetName(), d.Name(), prev))
+			continue
+		}
+		owner[d.Name()] = rc.GetName()
 		domains = append(domains, d)
 	}
 	if len(errs) > 0 {

@@ -110,7 +110,7 @@ func TestConfigRefusesBadResources(t *testing.T) {
 		{
 			name:    "two resources for one domain are refused",
 			res:     []*anypb.Any{mustAny(limitConfig("a", "d", "k", 1)), mustAny(limitConfig("b", "d", "k", 2))},
-			wantErr: `duplicate domain "d"`,
+			wantErr: `RateLimitConfig "b": duplicate domain "d", already in RateLimitConfig "a"`,
 		},
 		{
 			name:    "a resource of another type is refused",
