@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -191,4 +192,19 @@ func TestBuildRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+func ExampleBuild() {
+	d, err := Build("example", "mongo_cps", []Node{{
+		Key: "database", Value: "users",
+		RateLimit: &RateLimit{Unit: "second", RequestsPerUnit: 500},
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg, _ := New(d)
+	fmt.Println(cfg.Match("mongo_cps", []Entry{{Key: "database", Value: "users"}}))
+	// Output:
+	// mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false
 }
