@@ -64,6 +64,7 @@ type App struct {
 	debugLn     net.Listener
 
 	stopWatch func()
+	stopXDS   func() // stops the xDS client; nil without one
 }
 
 // NewLogger builds the logger the options ask for, writing to w.
@@ -104,6 +105,10 @@ func New(o Options, deps Deps) (*App, error) {
 		clk = clock.New()
 	}
 	a := &App{opts: o, log: log, clock: clk, registry: prometheus.NewRegistry(), reloaded: make(chan struct{}, 1)}
+	if o.ConfigType == ConfigTypeXDS && o.descriptorPath() != "" {
+		log.Warn("--config and --runtime-root are ignored: the descriptor config comes from xDS", "config", o.descriptorPath())
+		a.opts.ConfigPath, a.opts.RuntimeRoot = "", ""
+	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Name: "config_reloads_total",
@@ -160,7 +165,9 @@ func (a *App) RLS() *server.RLS { return a.rls }
 func (a *App) loadDescriptors() error {
 	path := a.opts.descriptorPath()
 	if path == "" {
-		if a.rls.Config() == nil {
+		// With xDS there is no config, and the service is not ready, until
+		// the management server sends one.
+		if a.rls.Config() == nil && a.opts.ConfigType != ConfigTypeXDS {
 			cfg, _ := descriptors.New()
 			a.rls.SetConfig(cfg)
 		}
@@ -283,6 +290,10 @@ func (a *App) Start() error {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
+	if err := a.startXDS(); err != nil {
+		a.closeListeners()
+		return err
+	}
 	if a.grpcLn != nil {
 		go func() { _ = a.grpcServer.Serve(a.grpcLn) }()
 	}
@@ -332,6 +343,9 @@ func (a *App) DebugAddr() string { return addrOf(a.debugLn) }
 func (a *App) Shutdown(ctx context.Context) error {
 	if a.stopWatch != nil {
 		a.stopWatch()
+	}
+	if a.stopXDS != nil {
+		a.stopXDS()
 	}
 	if a.health != nil {
 		a.health.Shutdown()

@@ -98,6 +98,13 @@ type Options struct {
 	// OnStoreError says what to answer while the store fails: error
 	// (default), allow, deny, or local (fall back to an in-memory store).
 	OnStoreError string
+
+	// ConfigType is where the Envoy descriptor configuration comes from:
+	// FILE (the default: ConfigPath) or GRPC_XDS_SOTW (an xDS management
+	// server, see XDS; ConfigPath is then ignored).
+	ConfigType string
+	// XDS configures the xDS client used with ConfigType GRPC_XDS_SOTW.
+	XDS XDSOptions
 }
 
 // RedisOptions are the --redis-* flags.
@@ -133,6 +140,8 @@ func Defaults() Options {
 		GRPCWorkers:     64,
 		OnStoreError:    "error",
 		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true},
+		ConfigType:      ConfigTypeFile,
+		XDS:             xdsDefaults(),
 
 		RuntimeAppDirectory: "config",
 		RuntimeWatchRoot:    true,
@@ -177,6 +186,20 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
 	addrs := o.addStoreFlags(fs)
+	fs.StringVar(&o.ConfigType, "config-type", o.ConfigType, "where the descriptor config comes from: FILE (--config) or GRPC_XDS_SOTW (an xDS management server)")
+	fs.StringVar(&o.XDS.ServerURL, "xds-server-url", o.XDS.ServerURL, "xDS management server address, host:port")
+	fs.StringVar(&o.XDS.NodeID, "xds-node-id", o.XDS.NodeID, "node id sent to the xDS server, which keys its snapshots by it")
+	fs.StringVar(&o.XDS.NodeMetadata, "xds-node-metadata", o.XDS.NodeMetadata, "node metadata sent to the xDS server, \"k1=v1,k2=v2\"")
+	fs.StringVar(&o.XDS.Headers, "xds-client-headers", o.XDS.Headers, "gRPC headers added to the xDS stream, \"k1:v1,k2:v2\"")
+	fs.DurationVar(&o.XDS.ConnectRetryInterval, "xds-connect-retry-interval", o.XDS.ConnectRetryInterval, "how often to dial the xDS server again while it cannot be reached")
+	fs.DurationVar(&o.XDS.BackoffInitial, "xds-backoff-initial", o.XDS.BackoffInitial, "wait before reopening a broken xDS stream; doubles after each stream that broke without a response")
+	fs.DurationVar(&o.XDS.BackoffMax, "xds-backoff-max", o.XDS.BackoffMax, "longest wait before reopening a broken xDS stream")
+	fs.IntVar(&o.XDS.MaxRecvMsgSize, "xds-max-recv-msg-size", o.XDS.MaxRecvMsgSize, "largest xDS response accepted, in bytes (0: 4 MiB)")
+	fs.BoolVar(&o.XDS.UseTLS, "xds-server-use-tls", o.XDS.UseTLS, "connect to the xDS server over TLS")
+	fs.StringVar(&o.XDS.ClientTLSCert, "xds-client-tls-cert", o.XDS.ClientTLSCert, "client certificate file for the xDS server (mutual TLS)")
+	fs.StringVar(&o.XDS.ClientTLSKey, "xds-client-tls-key", o.XDS.ClientTLSKey, "client key file for the xDS server")
+	fs.StringVar(&o.XDS.ServerTLSCACert, "xds-server-tls-cacert", o.XDS.ServerTLSCACert, "CA file for the xDS server certificate (default: the system's)")
+	fs.StringVar(&o.XDS.ServerTLSSAN, "xds-server-tls-san", o.XDS.ServerTLSSAN, "name to verify in the xDS server certificate (default: the host of --xds-server-url)")
 
 	if err := applyEnv(fs, getenv); err != nil {
 		return o, err
@@ -274,7 +297,7 @@ func (o *Options) Validate() error {
 			bad(f[0], "%q must be a relative path inside --runtime-root", f[1])
 		}
 	}
-
+	errs = append(errs, o.validateXDS()...)
 	if o.NearLimitRatio <= 0 || o.NearLimitRatio > 1 {
 		bad("near-limit-ratio", "%s is outside (0, 1]", strconv.FormatFloat(o.NearLimitRatio, 'g', -1, 64))
 	}
