@@ -22,6 +22,11 @@ type Node struct {
 	Descriptors []Node
 
 	ShadowMode, QuotaMode, DetailedMetric, ValueToMetric, ShareThreshold bool
+
+	// Metadata is returned in responses' dynamic metadata (Rule.Metadata);
+	// values are what encoding/json would decode (nil, bool, float64,
+	// string, []any, map[string]any). Read-only once built.
+	Metadata map[string]any
 }
 
 // RateLimit is the rate_limit block of a Node. The Sluice extensions burst
@@ -125,6 +130,10 @@ func (b *builder) node(in *Node, idx *levelIndex, seen map[string]bool, path []l
 			r.ShadowMode, r.QuotaMode, r.DetailedMetric = in.ShadowMode, in.QuotaMode, in.DetailedMetric
 			r.ValueToMetric, r.ShareThreshold = in.ValueToMetric, in.ShareThreshold
 			r.File, r.levels = b.source, here
+			r.Metadata, r.leaf = in.Metadata, len(in.Descriptors) == 0
+			if len(r.Metadata) == 0 {
+				r.Metadata = nil
+			}
 			nd.rule = r
 			if valid {
 				d.rules = append(d.rules, r)

@@ -332,8 +332,8 @@ func Config(resources []*anypb.Any) (*descriptors.Config, error) {
 // Domain builds the domain of one RateLimitConfig resource, as
 // envoyproxy/ratelimit reads it: the resource's domain and descriptors
 // with their key, value, rate_limit (unit, requests_per_unit, unlimited,
-// name, replaces), shadow_mode, detailed_metric and quota_mode. metadata
-// is accepted and not used, as in a configuration file. Errors name the
+// name, replaces), shadow_mode, detailed_metric, quota_mode and metadata
+// (returned in the dynamic metadata, as from a file). Errors name the
 // resource ("RateLimitConfig \"name\"") and the path of the bad field.
 func Domain(rc *rlsconfv3.RateLimitConfig) (*descriptors.Domain, error) {
 	return descriptors.Build(fmt.Sprintf("RateLimitConfig %q", rc.GetName()), rc.GetDomain(), nodes(rc.GetDescriptors()))
@@ -353,6 +353,7 @@ func nodes(in []*rlsconfv3.RateLimitDescriptor) []descriptors.Node {
 			ShadowMode:     d.GetShadowMode(),
 			QuotaMode:      d.GetQuotaMode(),
 			DetailedMetric: d.GetDetailedMetric(),
+			Metadata:       d.GetMetadata().AsMap(),
 		}
 	}
 	return out

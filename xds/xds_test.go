@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +80,12 @@ descriptors:
 	}
 	if got, want := r.File, `RateLimitConfig "shop-config"`; got != want {
 		t.Errorf("rule File: got %q, want %q", got, want)
+	}
+	// The user rule's metadata arrives as a file's would.
+	bu := bc.Match("shop", []descriptors.Entry{{Key: "user", Value: "u1"}})
+	pu := pc.Match("shop", []descriptors.Entry{{Key: "user", Value: "u1"}})
+	if bu == nil || pu == nil || !reflect.DeepEqual(bu.Metadata, pu.Metadata) || bu.Metadata["team"] != "payments" {
+		t.Errorf("user rule metadata: got %v from xDS and %v from YAML, want team payments in both", metadataOf(bu), metadataOf(pu))
 	}
 }
 
@@ -368,4 +375,11 @@ func TestTLSCredentialsRefusesBadFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+func metadataOf(r *descriptors.Rule) map[string]any {
+	if r == nil {
+		return nil
+	}
+	return r.Metadata
 }
