@@ -237,7 +237,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	return s, nil
 }
 
-// lookup resolves an SRV name to its targets' host:port, sorted.
+// lookup resolves an SRV name to its targets' host:port (the target
+// without its trailing dot), sorted.
 func lookup(ctx context.Context, r *net.Resolver, name string) ([]string, error) {
 	m := srvName.FindStringSubmatch(name)
 	_, srvs, err := r.LookupSRV(ctx, m[1], m[2], m[3])
@@ -249,7 +250,9 @@ func lookup(ctx context.Context, r *net.Resolver, name string) ([]string, error)
 	}
 	addrs := make([]string, len(srvs))
 	for i, srv := range srvs {
-		addrs[i] = net.JoinHostPort(srv.Target, strconv.Itoa(int(srv.Port)))
+		// Without the root's dot, so that the hosts file resolves the
+		// target as well as DNS does.
+		addrs[i] = net.JoinHostPort(strings.TrimSuffix(srv.Target, "."), strconv.Itoa(int(srv.Port)))
 	}
 	slices.Sort(addrs)
 	return addrs, nil

@@ -246,3 +246,51 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		}
 	})
 }
+
+func TestSRV(t *testing.T) {
+	a, b := memcachetest.Start(t), memcachetest.Start(t)
+	dns := memcachetest.StartDNS(t)
+	dns.SetSRV(memcachetest.SRVFor(a))
+	s := newStore(t, memcache.Options{SRV: "_memcache._tcp.cache.test", SRVRefresh: 20 * time.Millisecond, Resolver: dns.Resolver()})
+	now := storetest.Base()
+	key := "k_" + strconv.FormatInt(now.Unix(), 10)
+	hit := func() {
+		t.Helper()
+		do(t, s, now, store.Batch{Ops: []store.Op{windowOp("k_", store.Spend, 100, time.Second, 1)}})
+	}
+	hit()
+	if got, ok := a.Get(key); !ok || got != "1" {
+		t.Fatalf("the server the SRV record names: got %q (found %v), want \"1\"", got, ok)
+	}
+	t.Run("a refresh moves to the servers the record names now", func(t *testing.T) {
+		dns.SetSRV(memcachetest.SRVFor(b))
+		waitFor(t, func() bool { hit(); _, ok := b.Get(key); return ok })
+	})
+	t.Run("a failed lookup keeps the servers", func(t *testing.T) {
+		dns.SetSRV()
+		time.Sleep(100 * time.Millisecond) // several refreshes
+		before, _ := b.Get(key)
+		hit()
+		if after, _ := b.Get(key); after == before {
+			t.Fatalf("got count %s after a hit, want more than %s", after, before)
+		}
+	})
+	t.Run("a record naming no server fails New", func(t *testing.T) {
+		_, err := memcache.New(context.Background(), memcache.Options{SRV: "_memcache._tcp.cache.test", Resolver: dns.Resolver()})
+		if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "look up SRV") {
+			t.Fatalf("got %v, want an SRV lookup error wrapping store.ErrUnavailable", err)
+		}
+	})
+}
+
+// waitFor polls cond for up to 5 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met after 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
