@@ -201,3 +201,15 @@ func TestServesOverARedisUnixSocket(t *testing.T) {
 		t.Fatalf("got keys %v, want one be_slow_ key", keys)
 	}
 }
+
+func TestServesOnMemcacheOverTLS(t *testing.T) {
+	srv := memcachetest.StartTLS(t)
+	ta := start(t, map[string]string{"be.yaml": backendConfig}, func(o *app.Options) {
+		o.Store = "memcache"
+		o.Memcache.Addrs = []string{srv.Addr}
+		o.Memcache.Timeout = 2 * time.Second
+		o.Memcache.TLS = true
+		o.Memcache.TLSCA, o.Memcache.TLSCert, o.Memcache.TLSKey = srv.TLS.CAFile, srv.TLS.ClientCertFile, srv.TLS.ClientKeyFile
+	})
+	askThree(t, ta, "slow")
+}

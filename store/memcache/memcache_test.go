@@ -294,3 +294,20 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestTLS(t *testing.T) {
+	srv := memcachetest.StartTLS(t)
+	s := newStore(t, memcache.Options{Addrs: []string{srv.Addr}, TLS: srv.TLS.ClientConfig()})
+	now := storetest.Base()
+	for i, want := range []bool{true, true, false} {
+		if r := do(t, s, now, store.Batch{Ops: []store.Op{windowOp("tls_", store.Spend, 2, time.Minute, 1)}})[0]; r.Allowed != want {
+			t.Fatalf("hit %d over TLS: got allowed=%v, want %v", i+1, r.Allowed, want)
+		}
+	}
+	t.Run("a client without TLS is not served", func(t *testing.T) {
+		_, err := memcache.New(context.Background(), memcache.Options{Addrs: []string{srv.Addr}, Timeout: 300 * time.Millisecond})
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("got %v, want an error wrapping store.ErrUnavailable", err)
+		}
+	})
+}

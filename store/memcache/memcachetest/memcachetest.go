@@ -10,6 +10,7 @@ package memcachetest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
 // startTimeout bounds how long a server may take to answer.
@@ -50,6 +53,10 @@ type Server struct {
 	// Port is Addr's port.
 	Port int
 
+	// TLS holds the certificates of a server started by StartTLS, else
+	// nil.
+	TLS *redistest.TLSFiles
+
 	t      testing.TB
 	log    string // path of the process's output
 	mu     sync.Mutex
@@ -61,8 +68,24 @@ type Server struct {
 // answers. It is stopped when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartTLS starts one memcached that speaks TLS only, with certificates
+// made for the test (Server.TLS; client certificates optional).
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, withTLS bool) *Server {
+	t.Helper()
 	Available(t)
-	s := &Server{t: t, log: filepath.Join(t.TempDir(), "memcached.log")}
+	dir := t.TempDir()
+	s := &Server{t: t, log: filepath.Join(dir, "memcached.log")}
+	if withTLS {
+		s.TLS = redistest.MakeTLS(t, dir)
+	}
 	var err error
 	for range 5 {
 		l, lerr := net.Listen("tcp", "127.0.0.1:0")
@@ -86,6 +109,9 @@ func (s *Server) launch() error {
 	args := []string{"-l", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", "0", "-m", "64", "-t", "2"}
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "root")
+	}
+	if s.TLS != nil {
+		args = append(args, "-Z", "-o", "ssl_chain_cert="+s.TLS.ServerCertFile+",ssl_key="+s.TLS.ServerKeyFile+",ssl_ca_cert="+s.TLS.CAFile)
 	}
 	cmd := exec.Command("memcached", args...)
 	out, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -168,7 +194,14 @@ func (s *Server) Restart() {
 // without their line ends. It is for setting up and inspecting servers in
 // tests, not for speed; commands that carry data (set) are not supported.
 func (s *Server) Do(command string) ([]string, error) {
-	conn, err := net.DialTimeout("tcp", s.Addr, 2*time.Second)
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	var conn net.Conn
+	var err error
+	if s.TLS != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", s.Addr, s.TLS.ClientConfig())
+	} else {
+		conn, err = d.Dial("tcp", s.Addr)
+	}
 	if err != nil {
 		return nil, err
 	}
