@@ -192,7 +192,8 @@ func (s *Server) Restart() {
 // on a new connection and returns the reply's lines up to and including
 // the one that ends it (END, a status word such as STORED, or VERSION...),
 // without their line ends. It is for setting up and inspecting servers in
-// tests, not for speed; commands that carry data (set) are not supported.
+// tests, not for speed. A storage command carries its data after "\r\n"
+// in command ("add k 0 60 1\r\n5").
 func (s *Server) Do(command string) ([]string, error) {
 	d := &net.Dialer{Timeout: 2 * time.Second}
 	var conn net.Conn
