@@ -129,6 +129,8 @@ func (a *App) newMemcache(ctx context.Context) (store.Store, error) {
 		Timeout:      m.Timeout,
 		KeyPrefix:    m.KeyPrefix,
 		Logger:       a.log,
+		Registerer:   a.registry,
+		Clock:        a.clock,
 	}
 	if m.TLS {
 		// The memcache TLS files are read as the Redis ones are.

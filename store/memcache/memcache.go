@@ -88,7 +88,9 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/window"
 )
@@ -147,6 +149,11 @@ type Options struct {
 	MaxAttempts int
 	// Logger receives SRV refresh failures; default slog.Default().
 	Logger *slog.Logger
+	// Registerer receives the store's metrics (sluice_memcache_*); nil
+	// registers none.
+	Registerer prometheus.Registerer
+	// Clock times calls for the latency metric. Default clock.New().
+	Clock clock.Clock
 }
 
 // Store is a memcached-backed store.Store. Create it with New; it is safe
@@ -158,6 +165,8 @@ type Store struct {
 	prefix      string
 	jitter      int64 // seconds
 	maxAttempts int
+	clock       clock.Clock
+	m           *metrics
 	stop        chan struct{} // closed by Close; ends the SRV refresh
 	done        sync.WaitGroup
 	closeOnce   sync.Once
@@ -202,17 +211,25 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Clock == nil {
+		o.Clock = clock.New()
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		servers:     new(memcache.ServerList),
 		timeout:     o.Timeout,
 		prefix:      o.KeyPrefix,
 		jitter:      int64(o.ExpirationJitter / time.Second),
 		maxAttempts: o.MaxAttempts,
+		clock:       o.Clock,
+		m:           m,
 		stop:        make(chan struct{}),
 	}
 	addrs := o.Addrs
 	if o.SRV != "" {
-		var err error
 		if addrs, err = lookup(ctx, o.Resolver, o.SRV); err != nil {
 			return nil, fmt.Errorf("%w: memcache: %w", store.ErrUnavailable, err)
 		}
@@ -288,7 +305,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: memcache: %w", store.ErrUnavailable, err)
 	}
 	if err := s.client.Ping(); err != nil {
-		return fail("ping", err)
+		return s.fail("ping", err)
 	}
 	return nil
 }
@@ -309,11 +326,20 @@ var errBadValue = errors.New("not a decimal number")
 // fail wraps err from a round trip: errors of a value Sluice did not write
 // are returned as they are, every other (network, timeout, server error)
 // wraps store.ErrUnavailable.
-func fail(what string, err error) error {
+func (s *Store) fail(what string, err error) error {
 	if errors.Is(err, errBadValue) {
+		s.m.errors.WithLabelValues(kindBadValue).Inc()
 		return fmt.Errorf("memcache: %s: %w", what, err)
 	}
+	s.m.errors.WithLabelValues(kindUnavailable).Inc()
 	return fmt.Errorf("%w: memcache: %s: %w", store.ErrUnavailable, what, err)
+}
+
+// contended is the error of a bucket still contended after the last
+// attempt.
+func (s *Store) contended(key string) error {
+	s.m.errors.WithLabelValues(kindContended).Inc()
+	return fmt.Errorf("%w: memcache: bucket %q still contended after %d attempts", store.ErrUnavailable, key, s.maxAttempts)
 }
 
 // Do applies b at now; see the package doc for what holds. Errors from an
@@ -336,6 +362,7 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	defer func(start time.Time) { s.m.observe(s.clock.Now().Sub(start)) }(s.clock.Now())
 	aon := b.AllOrNothing
 	deferred := false
 	for i := range ops {
@@ -361,6 +388,7 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		}
 	}
 	if denied {
+		s.m.compensations.Inc()
 		if err := s.compensate(now, ops, out); err != nil {
 			return err
 		}
@@ -428,17 +456,17 @@ func (s *Store) apply(ctx context.Context, now time.Time, op *store.Op, out *sto
 	key = legal(s.prefix, key)
 	for attempt := range s.maxAttempts {
 		if err := ctx.Err(); err != nil {
-			return fail(op.Key, err)
+			return s.fail(op.Key, err)
 		}
 		it, err := s.client.Get(key)
 		missing := errors.Is(err, memcache.ErrCacheMiss)
 		if err != nil && !missing {
-			return fail(op.Key, err)
+			return s.fail(op.Key, err)
 		}
 		var prior store.State
 		if !missing {
 			if prior, err = decode(op, it.Value, start); err != nil {
-				return fail(op.Key, err)
+				return s.fail(op.Key, err)
 			}
 		}
 		r, w, st := op.Evaluate(now, prior)
@@ -462,12 +490,13 @@ func (s *Store) apply(ctx context.Context, now time.Time, op *store.Op, out *sto
 			return nil
 		case errors.Is(err, memcache.ErrNotStored), errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrCacheMiss):
 			// Another caller wrote first: decide again on its state.
+			s.m.conflicts.Inc()
 			backoff(attempt)
 		default:
-			return fail(op.Key, err)
+			return s.fail(op.Key, err)
 		}
 	}
-	return fmt.Errorf("%w: memcache: bucket %q still contended after %d attempts", store.ErrUnavailable, op.Key, s.maxAttempts)
+	return s.contended(op.Key)
 }
 
 // backoff sleeps a little after the attempt-th lost race (0-based), more
@@ -490,7 +519,7 @@ func (s *Store) hit(ctx context.Context, now time.Time, op *store.Op, out *store
 	var after uint64
 	for attempt := range s.maxAttempts {
 		if err := ctx.Err(); err != nil {
-			return fail(op.Key, err)
+			return s.fail(op.Key, err)
 		}
 		n, err := s.client.Increment(key, cost)
 		if err == nil {
@@ -498,7 +527,7 @@ func (s *Store) hit(ctx context.Context, now time.Time, op *store.Op, out *store
 			break
 		}
 		if !errors.Is(err, memcache.ErrCacheMiss) {
-			return fail(op.Key, err)
+			return s.fail(op.Key, err)
 		}
 		ttl := length
 		if s.jitter > 0 {
@@ -510,11 +539,12 @@ func (s *Store) hit(ctx context.Context, now time.Time, op *store.Op, out *store
 			break
 		}
 		if !errors.Is(err, memcache.ErrNotStored) {
-			return fail(op.Key, err)
+			return s.fail(op.Key, err)
 		}
 		// Another caller added the key first: incr it now.
+		s.m.conflicts.Inc()
 		if attempt+1 == s.maxAttempts {
-			return fmt.Errorf("%w: memcache: window %q still contended after %d attempts", store.ErrUnavailable, op.Key, s.maxAttempts)
+			return s.contended(op.Key)
 		}
 	}
 	// A counter past what an int64 holds saturates, as window.Hit does.

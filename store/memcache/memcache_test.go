@@ -5,8 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
@@ -189,7 +193,8 @@ func TestAllOrNothingIsUndone(t *testing.T) {
 
 func TestUnavailable(t *testing.T) {
 	srv := memcachetest.Start(t)
-	s := newStore(t, memcache.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	s := newStore(t, memcache.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond, Registerer: reg})
 	now := storetest.Base()
 	op := windowOp("k_", store.Spend, 5, time.Minute, 1)
 	do(t, s, now, store.Batch{Ops: []store.Op{op}})
@@ -211,6 +216,9 @@ func TestUnavailable(t *testing.T) {
 	}
 	if err := s.Ping(context.Background()); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Ping: got %v, want an error wrapping store.ErrUnavailable", err)
+	}
+	if got := metric(t, reg, "sluice_memcache_errors_total", "unavailable"); got != 3 {
+		t.Fatalf("sluice_memcache_errors_total{kind=\"unavailable\"}: got %v, want 3 (two calls, one ping)", got)
 	}
 	srv.Restart()
 	if r := do(t, s, now, store.Batch{Ops: []store.Op{op}})[0]; r.Count != 1 {
@@ -310,4 +318,82 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("got %v, want an error wrapping store.ErrUnavailable", err)
 		}
 	})
+}
+
+// metric returns the value of the counter name{kind=kind} gathered from
+// reg.
+func metric(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{kind=%q} gathered", name, kind)
+	return 0
+}
+
+func TestContentionIsCounted(t *testing.T) {
+	srv := memcachetest.Start(t)
+	reg := prometheus.NewRegistry()
+	s := newStore(t, memcache.Options{Addrs: []string{srv.Addr}, Registerer: reg})
+	storetestConcurrent(t, s)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflicts, calls float64
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "sluice_memcache_conflicts_total":
+			conflicts = mf.GetMetric()[0].GetCounter().GetValue()
+		case "sluice_memcache_call_duration_seconds":
+			calls = float64(mf.GetMetric()[0].GetHistogram().GetSampleCount())
+		}
+	}
+	if calls != 64*5 {
+		t.Fatalf("sluice_memcache_call_duration_seconds: got %v samples, want %d", calls, 64*5)
+	}
+	if conflicts == 0 {
+		t.Fatal("sluice_memcache_conflicts_total: got 0 after 64 racing callers, want some")
+	}
+}
+
+// storetestConcurrent spends one GCRA bucket from 64 goroutines, 5 times
+// each, and checks that exactly its burst of 50 was admitted.
+func storetestConcurrent(t *testing.T, s store.Store) {
+	t.Helper()
+	op := gcraOp("race", store.Spend, gcra.Limit{Burst: 50, Count: 1, Period: time.Hour}, 1)
+	now := storetest.Base()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			out := make([]store.Result, 1)
+			for range 5 {
+				if err := s.Do(context.Background(), now, store.Batch{Ops: []store.Op{op}}, out); err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+				if out[0].Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 50 {
+		t.Fatalf("got %d admitted, want exactly 50", got)
+	}
 }
