@@ -52,11 +52,11 @@ func TestBackendFlags(t *testing.T) {
 		},
 		{
 			name: "memcache is read from the flags, the command line over the environment",
-			args: []string{"--store", "memcache", "--memcache-addrs", "m1:11211,m2:11211", "--memcache-max-idle-conns", "8"},
+			args: []string{"--store", "memcache", "--memcache-addrs", "m1:11211,m2:11211", "--memcache-max-idle-conns", "8", "--memcache-expiration-jitter", "5m"},
 			env:  map[string]string{"SLUICE_MEMCACHE_ADDRS": "ignored:1", "SLUICE_MEMCACHE_TIMEOUT": "250ms"},
 			check: func(o app.Options) string {
 				m := o.Memcache
-				if strings.Join(m.Addrs, ",") != "m1:11211,m2:11211" || m.MaxIdleConns != 8 || m.Timeout != 250*time.Millisecond {
+				if strings.Join(m.Addrs, ",") != "m1:11211,m2:11211" || m.MaxIdleConns != 8 || m.Timeout != 250*time.Millisecond || m.Jitter != 5*time.Minute {
 					return "got " + strings.Join(m.Addrs, ",") + " " + strconv.Itoa(m.MaxIdleConns) + " " + m.Timeout.String()
 				}
 				return ""
@@ -100,6 +100,7 @@ func TestBackendFlagsRefused(t *testing.T) {
 		{name: "memcache without a server", args: []string{"--store", "memcache"}, wantErr: "--memcache-addrs: --memcache-addrs or --memcache-srv is required"},
 		{name: "memcache with both addresses and SRV", args: []string{"--store", "memcache", "--memcache-addrs", "a:1", "--memcache-srv", "_m._tcp.x"}, wantErr: "--memcache-srv: not with --memcache-addrs"},
 		{name: "no idle memcache connection", args: []string{"--store", "memcache", "--memcache-addrs", "a:1", "--memcache-max-idle-conns", "0"}, wantErr: "--memcache-max-idle-conns: 0 must be at least 1"},
+		{name: "a negative expiration jitter", args: []string{"--store", "memcache", "--memcache-addrs", "a:1", "--memcache-expiration-jitter", "-1s"}, wantErr: "--memcache-expiration-jitter: -1s is negative"},
 		{name: "a memcache timeout of an hour", args: []string{"--store", "memcache", "--memcache-addrs", "a:1", "--memcache-timeout", "1h"}, wantErr: "--memcache-timeout: 1h0m0s is outside"},
 	}
 	for _, tt := range tests {

@@ -115,6 +115,7 @@ type MemcacheOptions struct {
 	MaxIdleConns int           // --memcache-max-idle-conns, default 2
 	Timeout      time.Duration // --memcache-timeout, default 100ms
 	KeyPrefix    string        // --memcache-key-prefix
+	Jitter       time.Duration // --memcache-expiration-jitter, default 0: up to this much (whole seconds) added to each window's expiry
 	TLS          bool          // --memcache-tls
 	TLSCA        string        // --memcache-tls-ca
 	TLSCert      string        // --memcache-tls-cert
@@ -231,6 +232,7 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.IntVar(&mc.MaxIdleConns, "memcache-max-idle-conns", mc.MaxIdleConns, "idle connections kept per memcached server")
 	fs.DurationVar(&mc.Timeout, "memcache-timeout", mc.Timeout, "bound on each memcached round trip and store call")
 	fs.StringVar(&mc.KeyPrefix, "memcache-key-prefix", mc.KeyPrefix, "prefix of every memcached key")
+	fs.DurationVar(&mc.Jitter, "memcache-expiration-jitter", mc.Jitter, "add a random 0 to this much (whole seconds) to each window's expiry")
 	fs.BoolVar(&mc.TLS, "memcache-tls", mc.TLS, "connect to memcached over TLS")
 	fs.StringVar(&mc.TLSCA, "memcache-tls-ca", mc.TLSCA, "CA file for the memcached server certificates")
 	fs.StringVar(&mc.TLSCert, "memcache-tls-cert", mc.TLSCert, "client certificate file for memcached")
@@ -366,6 +368,9 @@ func (o *Options) Validate() error {
 		}
 		if mc.Timeout < time.Millisecond || mc.Timeout > time.Minute {
 			bad("memcache-timeout", "%s is outside [1ms, 1m]", mc.Timeout)
+		}
+		if mc.Jitter < 0 {
+			bad("memcache-expiration-jitter", "%s is negative", mc.Jitter)
 		}
 	}
 	return errors.Join(errs...)

@@ -128,9 +128,10 @@ func (a *App) newMemcache(ctx context.Context) (store.Store, error) {
 		MaxIdleConns: m.MaxIdleConns,
 		Timeout:      m.Timeout,
 		KeyPrefix:    m.KeyPrefix,
-		Logger:       a.log,
-		Registerer:   a.registry,
-		Clock:        a.clock,
+		ExpirationJitter: m.Jitter,
+		Logger:           a.log,
+		Registerer:       a.registry,
+		Clock:            a.clock,
 	}
 	if m.TLS {
 		// The memcache TLS files are read as the Redis ones are.

@@ -397,3 +397,41 @@ func storetestConcurrent(t *testing.T, s store.Store) {
 		t.Fatalf("got %d admitted, want exactly 50", got)
 	}
 }
+
+func TestExpiry(t *testing.T) {
+	srv := memcachetest.Start(t)
+	now := storetest.Base()
+	start := strconv.FormatInt(now.Truncate(time.Minute).Unix(), 10)
+	tests := []struct {
+		name           string
+		jitter         time.Duration
+		wantLo, wantHi int
+		wantSpread     bool
+	}{
+		{name: "a window expires after its length", wantLo: 58, wantHi: 60},
+		{name: "a jitter adds up to its length", jitter: 100 * time.Second, wantLo: 58, wantHi: 160, wantSpread: true},
+	}
+	for k, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t, memcache.Options{Addrs: []string{srv.Addr}, ExpirationJitter: tt.jitter, KeyPrefix: strconv.Itoa(k) + ":"})
+			spread := false
+			for i := range 20 {
+				key := "w" + strconv.Itoa(i) + "_"
+				do(t, s, now, store.Batch{Ops: []store.Op{windowOp(key, store.Spend, 5, time.Minute, 1)}})
+				// Meta get with the t flag: the seconds left to live.
+				lines, err := srv.Do("mg " + strconv.Itoa(k) + ":" + key + start + " t")
+				if err != nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "HD t") {
+					t.Fatalf("mg: got %q (error %v), want HD t<seconds>", lines, err)
+				}
+				ttl, err := strconv.Atoi(strings.TrimPrefix(lines[0], "HD t"))
+				if err != nil || ttl < tt.wantLo || ttl > tt.wantHi {
+					t.Fatalf("window %d: got a TTL of %q, want %d to %d seconds", i, lines[0], tt.wantLo, tt.wantHi)
+				}
+				spread = spread || ttl > 61
+			}
+			if spread != tt.wantSpread {
+				t.Fatalf("got TTLs past the window's length: %v, want %v", spread, tt.wantSpread)
+			}
+		})
+	}
+}
