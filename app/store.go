@@ -122,12 +122,12 @@ func (a *App) redisOptions(r RedisOptions, flag string) (redis.Options, error) {
 func (a *App) newMemcache(ctx context.Context) (store.Store, error) {
 	m := a.opts.Memcache
 	mo := memcache.Options{
-		Addrs:        m.Addrs,
-		SRV:          m.SRV,
-		SRVRefresh:   m.SRVRefresh,
-		MaxIdleConns: m.MaxIdleConns,
-		Timeout:      m.Timeout,
-		KeyPrefix:    m.KeyPrefix,
+		Addrs:            m.Addrs,
+		SRV:              m.SRV,
+		SRVRefresh:       m.SRVRefresh,
+		MaxIdleConns:     m.MaxIdleConns,
+		Timeout:          m.Timeout,
+		KeyPrefix:        m.KeyPrefix,
 		ExpirationJitter: m.Jitter,
 		Logger:           a.log,
 		Registerer:       a.registry,
