@@ -54,7 +54,8 @@
 // batch is all-or-nothing in outcome, not in isolation, like a batch across
 // Redis Cluster slots (see store/redis): its spends and checks run first;
 // when one that decides is denied, the GCRA tokens the others took are given
-// back by a compensating refund; its GCRA refunds and all its resets run
+// back by a compensating refund (those after the denied one are decided
+// without taking anything); its GCRA refunds and all its resets run
 // only after every deciding operation was allowed (else they are evaluated
 // but not applied). Between the spend and the refund other callers may see
 // the tokens taken (the error is on the safe side); if the refund fails the
@@ -364,28 +365,29 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	defer cancel()
 	defer func(start time.Time) { s.m.observe(s.clock.Now().Sub(start)) }(s.clock.Now())
 	aon := b.AllOrNothing
-	deferred := false
+	deferred, denied := false, false
 	for i := range ops {
-		if aon && deferrable(&ops[i]) {
+		op := &ops[i]
+		if aon && deferrable(op) {
 			deferred = true
 			continue
 		}
-		if err := s.apply(ctx, now, &ops[i], &out[i], true); err != nil {
+		// Once an all-or-nothing batch is denied, its later GCRA
+		// operations are only decided: what they would take would be
+		// given back.
+		write := !denied || op.Algorithm != store.GCRA
+		if err := s.apply(ctx, now, op, &out[i], write); err != nil {
 			if aon {
 				s.compensate(now, ops[:i], out)
 			}
 			return err
 		}
+		if aon && op.Decides() && !out[i].Allowed {
+			denied = true
+		}
 	}
 	if !aon {
 		return nil
-	}
-	denied := false
-	for i := range ops {
-		if ops[i].Decides() && !out[i].Allowed {
-			denied = true
-			break
-		}
 	}
 	if denied {
 		s.m.compensations.Inc()
