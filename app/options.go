@@ -45,7 +45,7 @@ type Options struct {
 	// GRPCAddr, HTTPAddr and DebugAddr are listen addresses. Defaults
 	// :8081, :8080 and 127.0.0.1:6070 (envoyproxy/ratelimit's ports).
 	GRPCAddr, HTTPAddr, DebugAddr string
-	// Store is the backend: "memory" (default) or "redis".
+	// Store is the backend: "memory" (default), "redis" or "memcache".
 	Store string
 	// MemoryMaxEntries bounds the memory store's buckets; default 4194304.
 	MemoryMaxEntries int
@@ -95,6 +95,14 @@ type Options struct {
 
 	// Redis settings, used with Store "redis".
 	Redis RedisOptions
+	// RedisPerSecond, when true, keeps the fixed windows shorter than a
+	// minute in a Redis of their own, PerSecondRedis (store/split;
+	// envoyproxy/ratelimit's REDIS_PERSECOND). Its key prefix, clock and
+	// Envoy keys are the main Redis's.
+	RedisPerSecond bool
+	PerSecondRedis RedisOptions
+	// Memcache settings, used with Store "memcache".
+	Memcache MemcacheOptions
 	// OnStoreError says what to answer while the store fails: error
 	// (default), allow, deny, or local (fall back to an in-memory store).
 	OnStoreError string
@@ -123,6 +131,23 @@ type RedisOptions struct {
 	KeyPrefix    string        // --redis-key-prefix
 	Clock        string        // --redis-clock local (default) or server
 	EnvoyKeys    bool          // --redis-envoy-keys (default true): fixed windows counted with envoyproxy/ratelimit's commands and keys
+	SocketType   string        // --redis-socket-type tcp (default) or unix: Addrs is then one socket path
+}
+
+// MemcacheOptions are the --memcache-* flags.
+type MemcacheOptions struct {
+	Addrs        []string      // --memcache-addrs, host:port, comma-separated, the same order on every instance
+	SRV          string        // --memcache-srv, a DNS SRV name _service._proto.name (not with Addrs)
+	SRVRefresh   time.Duration // --memcache-srv-refresh, 0 (default): looked up once
+	MaxIdleConns int           // --memcache-max-idle-conns, default 2
+	Timeout      time.Duration // --memcache-timeout, default 100ms
+	KeyPrefix    string        // --memcache-key-prefix
+	Jitter       time.Duration // --memcache-expiration-jitter, default 0: up to this much (whole seconds) added to each window's expiry
+	TLS          bool          // --memcache-tls
+	TLSCA        string        // --memcache-tls-ca
+	TLSCert      string        // --memcache-tls-cert
+	TLSKey       string        // --memcache-tls-key
+	TLSInsecure  bool          // --memcache-tls-insecure-skip-verify, for tests only
 }
 
 // Defaults returns the options with every default set.
@@ -139,7 +164,9 @@ func Defaults() Options {
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
 		OnStoreError:    "error",
-		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true},
+		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true, SocketType: "tcp"},
+		PerSecondRedis:  RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, SocketType: "tcp"},
+		Memcache:        MemcacheOptions{MaxIdleConns: 2, Timeout: 100 * time.Millisecond},
 		ConfigType:      ConfigTypeFile,
 		XDS:             xdsDefaults(),
 
@@ -217,7 +244,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 // addStoreFlags registers the store flags shared by serve and proxy. The
 // returned string receives --redis-addr's comma-separated list.
 func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
-	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory or redis")
+	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory, redis or memcache")
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", o.MemoryMaxEntries, "bound on buckets kept by the memory store (0: 4194304)")
 	fs.StringVar(&o.OnStoreError, "on-store-error", o.OnStoreError, "answer while the store fails: error, allow, deny or local")
 	addrs := strings.Join(o.Redis.Addrs, ",")
@@ -235,6 +262,36 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's pipelined INCRBY+EXPIRE on its keys (false: with the Lua script)")
+
+	// The Redis socket type, the per-second Redis and memcache.
+	fs.StringVar(&o.Redis.SocketType, "redis-socket-type", o.Redis.SocketType, "how to reach Redis: tcp, or unix (--redis-addr is then a socket path)")
+	ps := &o.PerSecondRedis
+	fs.BoolVar(&o.RedisPerSecond, "redis-persecond", o.RedisPerSecond, "keep fixed windows shorter than a minute in a second Redis (--redis-persecond-*)")
+	fs.Func("redis-persecond-addr", "per-second Redis address(es), host:port, comma-separated", func(v string) error { ps.Addrs = splitList(v); return nil })
+	fs.StringVar(&ps.Mode, "redis-persecond-mode", ps.Mode, "per-second Redis topology: single, cluster or sentinel")
+	fs.StringVar(&ps.MasterName, "redis-persecond-master", ps.MasterName, "per-second Redis Sentinel master name")
+	fs.StringVar(&ps.Username, "redis-persecond-username", ps.Username, "per-second Redis ACL user name")
+	fs.StringVar(&ps.PasswordFile, "redis-persecond-password-file", ps.PasswordFile, "file holding the per-second Redis password")
+	fs.StringVar(&ps.SocketType, "redis-persecond-socket-type", ps.SocketType, "how to reach the per-second Redis: tcp, or unix (a socket path)")
+	fs.BoolVar(&ps.TLS, "redis-persecond-tls", ps.TLS, "connect to the per-second Redis over TLS")
+	fs.StringVar(&ps.TLSCA, "redis-persecond-tls-ca", ps.TLSCA, "CA file for the per-second Redis server certificate")
+	fs.StringVar(&ps.TLSCert, "redis-persecond-tls-cert", ps.TLSCert, "client certificate file for the per-second Redis")
+	fs.StringVar(&ps.TLSKey, "redis-persecond-tls-key", ps.TLSKey, "client key file for the per-second Redis")
+	fs.BoolVar(&ps.TLSInsecure, "redis-persecond-tls-insecure-skip-verify", ps.TLSInsecure, "do not verify the per-second Redis certificate (tests only)")
+	fs.DurationVar(&ps.Timeout, "redis-persecond-timeout", ps.Timeout, "bound on each per-second Redis call")
+	mc := &o.Memcache
+	fs.Func("memcache-addrs", "memcached servers, host:port, comma-separated, in the same order on every instance", func(v string) error { mc.Addrs = splitList(v); return nil })
+	fs.StringVar(&mc.SRV, "memcache-srv", mc.SRV, "DNS SRV name (_service._proto.name) listing the memcached servers")
+	fs.DurationVar(&mc.SRVRefresh, "memcache-srv-refresh", mc.SRVRefresh, "how often to look --memcache-srv up again (0: once)")
+	fs.IntVar(&mc.MaxIdleConns, "memcache-max-idle-conns", mc.MaxIdleConns, "idle connections kept per memcached server")
+	fs.DurationVar(&mc.Timeout, "memcache-timeout", mc.Timeout, "bound on each memcached round trip and store call")
+	fs.StringVar(&mc.KeyPrefix, "memcache-key-prefix", mc.KeyPrefix, "prefix of every memcached key")
+	fs.DurationVar(&mc.Jitter, "memcache-expiration-jitter", mc.Jitter, "add a random 0 to this much (whole seconds) to each window's expiry")
+	fs.BoolVar(&mc.TLS, "memcache-tls", mc.TLS, "connect to memcached over TLS")
+	fs.StringVar(&mc.TLSCA, "memcache-tls-ca", mc.TLSCA, "CA file for the memcached server certificates")
+	fs.StringVar(&mc.TLSCert, "memcache-tls-cert", mc.TLSCert, "client certificate file for memcached")
+	fs.StringVar(&mc.TLSKey, "memcache-tls-key", mc.TLSKey, "client key file for memcached")
+	fs.BoolVar(&mc.TLSInsecure, "memcache-tls-insecure-skip-verify", mc.TLSInsecure, "do not verify the memcached certificates (tests only)")
 
 	return &addrs
 }
@@ -283,7 +340,7 @@ func (o *Options) Validate() error {
 		}
 		bad(flag, "%q is not one of %s", v, strings.Join(allowed, ", "))
 	}
-	oneOf("store", o.Store, "memory", "redis")
+	oneOf("store", o.Store, "memory", "redis", "memcache")
 	oneOf("log-level", o.LogLevel, "debug", "info", "warn", "error")
 	oneOf("log-format", o.LogFormat, "text", "json")
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
@@ -331,6 +388,52 @@ func (o *Options) Validate() error {
 		}
 		if o.Redis.Timeout <= 0 {
 			bad("redis-timeout", "%s must be positive", o.Redis.Timeout)
+		}
+	}
+	// The Redis socket type, the per-second Redis and memcache.
+	redisSocket := func(prefix string, r *RedisOptions) {
+		oneOf(prefix+"-socket-type", r.SocketType, "tcp", "unix")
+		if r.SocketType == "unix" && (r.Mode != "single" || len(r.Addrs) > 1) {
+			bad(prefix+"-socket-type", "unix needs --%s-mode single and one socket path in --%s-addr", prefix, prefix)
+		}
+	}
+	redisSocket("redis", &o.Redis)
+	if o.RedisPerSecond {
+		ps := &o.PerSecondRedis
+		if o.Store != "redis" {
+			bad("redis-persecond", "needs --store redis")
+		}
+		if len(ps.Addrs) == 0 {
+			bad("redis-persecond-addr", "required with --redis-persecond")
+		}
+		oneOf("redis-persecond-mode", ps.Mode, "single", "cluster", "sentinel")
+		if ps.Mode == "sentinel" && ps.MasterName == "" {
+			bad("redis-persecond-master", "required with --redis-persecond-mode sentinel")
+		}
+		if ps.Timeout <= 0 {
+			bad("redis-persecond-timeout", "%s must be positive", ps.Timeout)
+		}
+		redisSocket("redis-persecond", ps)
+	}
+	if o.Store == "memcache" {
+		mc := &o.Memcache
+		switch {
+		case len(mc.Addrs) == 0 && mc.SRV == "":
+			bad("memcache-addrs", "--memcache-addrs or --memcache-srv is required with --store memcache")
+		case len(mc.Addrs) > 0 && mc.SRV != "":
+			bad("memcache-srv", "not with --memcache-addrs: give one of them")
+		}
+		if mc.SRVRefresh < 0 {
+			bad("memcache-srv-refresh", "%s is negative", mc.SRVRefresh)
+		}
+		if mc.MaxIdleConns < 1 {
+			bad("memcache-max-idle-conns", "%d must be at least 1", mc.MaxIdleConns)
+		}
+		if mc.Timeout < time.Millisecond || mc.Timeout > time.Minute {
+			bad("memcache-timeout", "%s is outside [1ms, 1m]", mc.Timeout)
+		}
+		if mc.Jitter < 0 {
+			bad("memcache-expiration-jitter", "%s is negative", mc.Jitter)
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,6 @@
 // Package redis is a store.Store backed by Redis: a single node, a Redis
 // Cluster, or a master found through Sentinel, over TCP or TLS, with AUTH or
-// an ACL user.
+// an ACL user; a single node also over a unix socket (Options.SocketType).
 //
 // # Decisions
 //
@@ -119,6 +119,18 @@ const (
 	Sentinel Mode = "sentinel"
 )
 
+// SocketType is how the store reaches a Redis server.
+type SocketType string
+
+// The socket types.
+const (
+	// TCP dials host:port addresses (with TLS when Options.TLS is set).
+	TCP SocketType = "tcp"
+	// Unix dials a unix socket path (with TLS over it when Options.TLS is
+	// set, which is unusual).
+	Unix SocketType = "unix"
+)
+
 // DefaultTimeout bounds each Do and Ping when Options.Timeout is zero. A
 // rate-limit decision sits in the path of a request: it should fail over to
 // the fallback policy quickly rather than wait for a sick Redis.
@@ -128,8 +140,13 @@ const DefaultTimeout = 100 * time.Millisecond
 // usable zero value.
 type Options struct {
 	// Addrs are host:port addresses: the server (Single), seed nodes
-	// (Cluster) or sentinels (Sentinel).
+	// (Cluster) or sentinels (Sentinel). With SocketType Unix, the one
+	// address is the socket's path.
 	Addrs []string
+	// SocketType is TCP (the default when empty) or Unix, which dials
+	// Addrs[0] as a unix socket path (envoyproxy/ratelimit's
+	// REDIS_SOCKET_TYPE=unix). Unix needs Mode Single and one address.
+	SocketType SocketType
 	// Mode is Single (the default when empty), Cluster or Sentinel.
 	Mode Mode
 	// MasterName is the master's name as the sentinels know it; required
@@ -213,6 +230,18 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("redis: unknown mode %q, must be single, cluster or sentinel", o.Mode)
 	}
+	switch o.SocketType {
+	case "", TCP:
+	case Unix:
+		if o.Mode != Single {
+			return nil, fmt.Errorf("redis: socket type unix needs mode single, not %s", o.Mode)
+		}
+		if len(o.Addrs) != 1 {
+			return nil, fmt.Errorf("redis: socket type unix needs exactly one socket path, got %d addresses", len(o.Addrs))
+		}
+	default:
+		return nil, fmt.Errorf("redis: unknown socket type %q, must be tcp or unix", o.SocketType)
+	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
@@ -258,6 +287,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			return 0
 		},
 	}
+	if o.SocketType == Unix {
+		co.DialCtxFn = dialUnix
+	}
 	if o.Mode == Sentinel {
 		co.Sentinel = rueidis.SentinelOption{
 			Dialer:    dialer,
@@ -292,6 +324,16 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dialUnix connects to the unix socket at path, with TLS over it when cfg
+// is not nil.
+func dialUnix(ctx context.Context, path string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+	if cfg != nil {
+		td := tls.Dialer{NetDialer: d, Config: cfg}
+		return td.DialContext(ctx, "unix", path)
+	}
+	return d.DialContext(ctx, "unix", path)
 }
 
 // TLSConfig builds a client TLS configuration from PEM files: caFile (empty:

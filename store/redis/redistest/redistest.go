@@ -37,6 +37,7 @@ type config struct {
 	password string // requirepass, or the ACL user's password
 	user     string // ACL user; empty means the default user
 	tls      bool
+	unix     bool     // also listen on a unix socket
 	extra    []string // further redis.conf lines
 }
 
@@ -55,6 +56,12 @@ func WithUser(name, password string) Option {
 // the test (see Server.TLS). Client certificates are accepted but optional.
 func WithTLS() Option {
 	return func(c *config) { c.tls = true }
+}
+
+// WithUnixSocket makes the server listen on a unix socket too (see
+// Server.Socket), besides its loopback port.
+func WithUnixSocket() Option {
+	return func(c *config) { c.unix = true }
 }
 
 // WithConfig adds redis.conf lines, such as "maxmemory 10mb".
@@ -78,6 +85,10 @@ type Server struct {
 	// TLS holds the certificates when the server was started WithTLS, else
 	// nil.
 	TLS *TLSFiles
+	// Socket is the unix socket's path when the server was started
+	// WithUnixSocket, else empty. It lives in a short temporary directory
+	// of its own (a socket path is limited to about 100 bytes).
+	Socket string
 
 	t      testing.TB
 	conf   string   // path of redis.conf
@@ -144,6 +155,14 @@ func startArgs(t testing.TB, c config, name string, lines func(port int) []strin
 	if c.tls {
 		s.TLS = makeTLS(t, dir)
 	}
+	if c.unix {
+		sockDir, err := os.MkdirTemp("", "redistest")
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		t.Cleanup(func() { os.RemoveAll(sockDir) })
+		s.Socket = filepath.Join(sockDir, "redis.sock")
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port := freePort(t, clusterBus)
@@ -196,6 +215,9 @@ func (s *Server) baseConfig(c config) []string {
 		)
 	} else {
 		lines = append(lines, "port "+strconv.Itoa(s.Port))
+	}
+	if s.Socket != "" {
+		lines = append(lines, "unixsocket "+s.Socket, "unixsocketperm 700")
 	}
 	switch {
 	case c.user != "":

@@ -43,6 +43,13 @@ func (f *TLSFiles) ClientConfig() *tls.Config {
 	}
 }
 
+// MakeTLS writes a fresh CA, server and client certificate into dir, for
+// tests of other TLS servers (memcached).
+func MakeTLS(t testing.TB, dir string) *TLSFiles {
+	t.Helper()
+	return makeTLS(t, dir)
+}
+
 // makeTLS writes a fresh CA, server and client certificate into dir.
 func makeTLS(t testing.TB, dir string) *TLSFiles {
 	t.Helper()
