@@ -418,8 +418,8 @@ func (a *App) Shutdown(ctx context.Context) error {
 }
 
 // Run starts the service and serves until ctx is done or the process gets
-// SIGINT or SIGTERM, then shuts down within the shutdown timeout. SIGHUP
-// reloads the configuration.
+// SIGINT or SIGTERM, then drains (see --shutdown-drain-delay) and shuts
+// down within the shutdown timeout. SIGHUP reloads the configuration.
 func (a *App) Run(ctx context.Context) error {
 	// Catch signals before Start logs "sluice serving": a SIGHUP sent as
 	// soon as the service says it is up must reload it, not kill it.
@@ -433,6 +433,7 @@ func (a *App) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			a.drain(sigs)
 			return a.shutdownWithTimeout()
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {

@@ -184,6 +184,16 @@ var envoyVars = []envoyVar{
 	{name: "TRACING_SAMPLING_RATE", def: "1", kind: kindFloat, status: envoyNotYet},
 }
 
+// EnvoyVariables returns the names of every environment variable
+// envoyproxy/ratelimit reads, which ApplyEnvoyEnv accepts.
+func EnvoyVariables() []string {
+	names := make([]string, len(envoyVars))
+	for i, v := range envoyVars {
+		names[i] = v.name
+	}
+	return names
+}
+
 // envoyEnv is the state of one ApplyEnvoyEnv call.
 type envoyEnv struct {
 	fs     *flag.FlagSet
@@ -236,7 +246,9 @@ func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) err
 				errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", v.name, val, err))
 			}
 		case envoyNoEffect, envoyNotYet:
-			if !sameValue(v.kind, val, v.def) {
+			// USE_STATSD is true by default upstream; what Sluice lacks is
+			// sending StatsD, so true is what it reports.
+			if v.name == "USE_STATSD" && e.isTrue(v.name) || v.name != "USE_STATSD" && !sameValue(v.kind, val, v.def) {
 				o.EnvoyEnvUnsupported = append(o.EnvoyEnvUnsupported, v.name)
 			}
 		}
