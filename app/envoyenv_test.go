@@ -55,7 +55,9 @@ func TestEnvoyEnvSetsTheOption(t *testing.T) {
 		{name: "LIMIT_RESPONSE_HEADERS_ENABLED", env: map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}, got: func(o app.Options) any { return o.ResponseHeaders }, want: true},
 		{name: "LIMIT_*_HEADER name the headers",
 			env: map[string]string{"LIMIT_LIMIT_HEADER": "X-L", "LIMIT_REMAINING_HEADER": "X-R", "LIMIT_RESET_HEADER": "X-Z"},
-			got: func(o app.Options) any { return []string{o.ResponseHeaderLimit, o.ResponseHeaderRemaining, o.ResponseHeaderReset} }, want: []string{"X-L", "X-R", "X-Z"}},
+			got: func(o app.Options) any {
+				return []string{o.ResponseHeaderLimit, o.ResponseHeaderRemaining, o.ResponseHeaderReset}
+			}, want: []string{"X-L", "X-R", "X-Z"}},
 		{name: "NEAR_LIMIT_RATIO", env: map[string]string{"NEAR_LIMIT_RATIO": "0.5"}, got: func(o app.Options) any { return o.NearLimitRatio }, want: 0.5},
 		{name: "CACHE_KEY_PREFIX is the Redis key prefix", env: map[string]string{"CACHE_KEY_PREFIX": "rl:"}, got: func(o app.Options) any { return o.Redis.KeyPrefix }, want: "rl:"},
 		{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", env: map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, got: func(o app.Options) any { return o.HealthyWithConfig }, want: true},
@@ -251,7 +253,7 @@ func TestJSONEnvoyLogsUseEnvoyFieldNames(t *testing.T) {
 	if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
 		t.Errorf("@timestamp: got %q, want RFC 3339: %v", ts, err)
 	}
-	if strings.Contains(lines[1], `"level":"debug"`) == false {
+	if !strings.Contains(lines[1], `"level":"debug"`) {
 		t.Errorf("got %s, want level debug", lines[1])
 	}
 }
