@@ -287,6 +287,9 @@ func (a *App) Start() error {
 			return err
 		}
 		tlsConfig = r.config()
+		if san := a.opts.TLSClientSAN; san != "" {
+			requireClientSAN(tlsConfig, san)
+		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	a.health = health.NewServer()
@@ -463,6 +466,28 @@ func (a *App) drain(sigs <-chan os.Signal) {
 		case <-t.C:
 		case <-sigs:
 		}
+	}
+}
+
+// requireClientSAN makes cfg's connections also require the client's
+// certificate, verified against the client CA already, to name san.
+func requireClientSAN(cfg *tls.Config, san string) {
+	perClient := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := perClient(hello)
+		if err != nil {
+			return nil, err
+		}
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tls: no client certificate")
+			}
+			if err := cs.PeerCertificates[0].VerifyHostname(san); err != nil {
+				return fmt.Errorf("tls: client certificate: %w", err)
+			}
+			return nil
+		}
+		return c, nil
 	}
 }
 

@@ -71,7 +71,7 @@ var envoyVars = []envoyVar{
 	{name: "GRPC_SERVER_TLS_CERT", status: envoySupported, set: readByGRPCTLS},
 	{name: "GRPC_SERVER_TLS_KEY", status: envoySupported, set: readByGRPCTLS},
 	{name: "GRPC_CLIENT_TLS_CACERT", status: envoySupported, set: readByGRPCTLS},
-	{name: "GRPC_CLIENT_TLS_SAN", status: envoyNotYet},
+	{name: "GRPC_CLIENT_TLS_SAN", status: envoySupported, set: readByGRPCTLS},
 	{name: "LOG_LEVEL", def: "WARN", status: envoySupported, set: logLevel},
 	{name: "LOG_FORMAT", def: "text", status: envoySupported, set: logFormat},
 
@@ -357,14 +357,21 @@ func grpcTLS(e *envoyEnv, v string) error {
 		return nil
 	}
 	cert, key, ca := e.getenv("GRPC_SERVER_TLS_CERT"), e.getenv("GRPC_SERVER_TLS_KEY"), e.getenv("GRPC_CLIENT_TLS_CACERT")
+	// envoyproxy/ratelimit checks GRPC_CLIENT_TLS_SAN only with a client CA.
 	if cert == "" || key == "" {
 		return errors.New("needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 	}
 	if err := errors.Join(e.flag("tls-cert", cert), e.flag("tls-key", key), e.flag("http-tls", "false")); err != nil {
 		return err
 	}
-	if ca != "" {
-		return e.flag("tls-client-ca", ca)
+	if ca == "" {
+		return nil
+	}
+	if err := e.flag("tls-client-ca", ca); err != nil {
+		return err
+	}
+	if san := e.getenv("GRPC_CLIENT_TLS_SAN"); san != "" {
+		return e.flag("tls-client-san", san)
 	}
 	return nil
 }

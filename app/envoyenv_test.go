@@ -40,6 +40,12 @@ func TestEnvoyEnvSetsTheOption(t *testing.T) {
 		{name: "GRPC_SERVER_USE_TLS secures gRPC only, with client certificates",
 			env: map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_CACERT": "ca.pem"},
 			got: func(o app.Options) any { return []any{o.TLSCert, o.TLSKey, o.TLSClientCA, o.HTTPTLS} }, want: []any{"c.pem", "k.pem", "ca.pem", false}},
+		{name: "GRPC_CLIENT_TLS_SAN needs a client CA",
+			env: map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_CACERT": "ca.pem", "GRPC_CLIENT_TLS_SAN": "client.example"},
+			got: func(o app.Options) any { return o.TLSClientSAN }, want: "client.example"},
+		{name: "GRPC_CLIENT_TLS_SAN without a client CA does nothing",
+			env: map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem", "GRPC_CLIENT_TLS_SAN": "client.example"},
+			got: func(o app.Options) any { return o.TLSClientSAN }, want: ""},
 		{name: "the gRPC TLS files do nothing without GRPC_SERVER_USE_TLS",
 			env: map[string]string{"GRPC_SERVER_TLS_CERT": "c.pem", "GRPC_SERVER_TLS_KEY": "k.pem"},
 			got: func(o app.Options) any { return o.TLSCert }, want: ""},
@@ -202,8 +208,8 @@ func TestUnsupportedEnvoyVariablesAreListedOnce(t *testing.T) {
 		{name: "DISABLE_STATS turns StatsD off upstream, but Sluice's metrics stay",
 			env: map[string]string{"REDIS_URL": "r:1", "DISABLE_STATS": "true"}, want: []string{"DISABLE_STATS"}},
 		{name: "missing features are listed in table order",
-			env:  map[string]string{"USE_STATSD": "true", "TRACING_ENABLED": "true", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "REDIS_POOL_SIZE": "20", "GRPC_CLIENT_TLS_SAN": "client.example"},
-			want: []string{"GRPC_CLIENT_TLS_SAN", "USE_STATSD", "LOCAL_CACHE_SIZE_IN_BYTES", "REDIS_POOL_SIZE", "TRACING_ENABLED"}},
+			env:  map[string]string{"USE_STATSD": "true", "TRACING_ENABLED": "true", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "REDIS_POOL_SIZE": "20"},
+			want: []string{"USE_STATSD", "LOCAL_CACHE_SIZE_IN_BYTES", "REDIS_POOL_SIZE", "TRACING_ENABLED"}},
 		{name: "USE_STATSD=true alone is listed", env: map[string]string{"USE_STATSD": "true"}, want: []string{"USE_STATSD"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -93,6 +93,10 @@ type Options struct {
 	// optional client CA file that turns on mutual TLS. Certificates are
 	// reloaded when the files change.
 	TLSCert, TLSKey, TLSClientCA string
+	// TLSClientSAN, with TLSClientCA, also requires the client
+	// certificate to name this host (a DNS or IP SAN), as
+	// envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN.
+	TLSClientSAN string
 	// HTTPTLS serves the HTTP listener with TLS too when TLSCert is set;
 	// default true. False keeps HTTP in clear text (envoyproxy/ratelimit's
 	// GRPC_SERVER_USE_TLS secures the gRPC listener only).
@@ -213,6 +217,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
+	fs.StringVar(&o.TLSClientSAN, "tls-client-san", o.TLSClientSAN, "with --tls-client-ca, also require client certificates to name this host (SAN)")
 	fs.BoolVar(&o.HTTPTLS, "http-tls", o.HTTPTLS, "serve HTTP with TLS too when --tls-cert is set (false: gRPC only)")
 	addrs := o.addStoreFlags(fs)
 
@@ -348,6 +353,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TLSClientCA != "" && o.TLSCert == "" {
 		bad("tls-client-ca", "needs --tls-cert and --tls-key")
+	}
+	if o.TLSClientSAN != "" && o.TLSClientCA == "" {
+		bad("tls-client-san", "needs --tls-client-ca")
 	}
 	if o.OverridesPath != "" && o.LimitsPath == "" {
 		bad("overrides", "needs --limits")
