@@ -389,3 +389,45 @@ func TestGRPCOnAUnixSocket(t *testing.T) {
 		t.Errorf("GRPCAddr: got %s, want %s", a.GRPCAddr(), sock)
 	}
 }
+
+// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION still verifies the certificate
+// chain: a server whose CA is not trusted is refused.
+func TestRedisTLSSkipHostnameVerificationStillVerifiesTheChain(t *testing.T) {
+	srv := redistest.StartSingle(t, redistest.WithTLS())
+	foreign := newPKI(t, t.TempDir(), "foreign")
+	for _, tc := range []struct {
+		name   string
+		caFile string
+		wantOK bool
+	}{
+		{name: "the server's CA is trusted", caFile: srv.TLS.CAFile, wantOK: true},
+		{name: "another CA is refused", caFile: foreign.caFile},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := app.ParseServe(nil, envOf(map[string]string{
+				"REDIS_URL": srv.Addr, "REDIS_TLS": "true", "REDIS_TLS_CACERT": tc.caFile,
+				"REDIS_TLS_CLIENT_CERT": srv.TLS.ClientCertFile, "REDIS_TLS_CLIENT_KEY": srv.TLS.ClientKeyFile,
+				"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true",
+				"REDIS_STARTUP_INITIAL_INTERVAL":       "50ms", "REDIS_STARTUP_MAX_ELAPSED_TIME": "300ms",
+				"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_PORT": "0",
+				"LOG_LEVEL": "error", "USE_STATSD": "false",
+			}), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, io.Discard)})
+			if err == nil {
+				defer func() { _ = a.Shutdown(context.Background()) }()
+			}
+			if tc.wantOK && err != nil {
+				t.Fatalf("got %v, want a connection", err)
+			}
+			if !tc.wantOK && err == nil {
+				t.Fatal("got a connection, want the certificate refused")
+			}
+			if !tc.wantOK && !strings.Contains(err.Error(), "certificate") {
+				t.Errorf("got %v, want a certificate error", err)
+			}
+		})
+	}
+}
