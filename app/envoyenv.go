@@ -30,23 +30,23 @@ const (
 	envoyPending
 )
 
-// envoyKind is the type envoyproxy/ratelimit parses a variable as; every
-// accepted variable is checked against it, used or not.
-type envoyKind int
+// parsedAs is the Go type envoyproxy/ratelimit parses a variable as;
+// every accepted variable is checked against it, used or not.
+type parsedAs int
 
 const (
-	kindString envoyKind = iota
-	kindBool
-	kindInt
-	kindFloat
-	kindDuration
+	asString parsedAs = iota
+	asBool
+	asInt
+	asFloat
+	asDuration
 )
 
 // envoyVar is one of envoyproxy/ratelimit's environment variables.
 type envoyVar struct {
 	name   string
 	def    string // envoyproxy/ratelimit's default
-	kind   envoyKind
+	as     parsedAs
 	status envoyStatus
 	// set applies the variable's value v (set and non-empty) to the
 	// options; nil unless status is envoySupported.
@@ -58,16 +58,16 @@ type envoyVar struct {
 // table explains each; a test checks the two agree.
 var envoyVars = []envoyVar{
 	{name: "HOST", def: "0.0.0.0", status: envoySupported, set: hostPort("HOST", "PORT", "http-addr")},
-	{name: "PORT", def: "8080", kind: kindInt, status: envoySupported, set: hostPort("HOST", "PORT", "http-addr")},
+	{name: "PORT", def: "8080", as: asInt, status: envoySupported, set: hostPort("HOST", "PORT", "http-addr")},
 	{name: "DEBUG_HOST", def: "0.0.0.0", status: envoySupported, set: hostPort("DEBUG_HOST", "DEBUG_PORT", "debug-addr")},
-	{name: "DEBUG_PORT", def: "6070", kind: kindInt, status: envoySupported, set: hostPort("DEBUG_HOST", "DEBUG_PORT", "debug-addr")},
+	{name: "DEBUG_PORT", def: "6070", as: asInt, status: envoySupported, set: hostPort("DEBUG_HOST", "DEBUG_PORT", "debug-addr")},
 	{name: "GRPC_HOST", def: "0.0.0.0", status: envoySupported, set: hostPort("GRPC_HOST", "GRPC_PORT", "grpc-addr")},
-	{name: "GRPC_PORT", def: "8081", kind: kindInt, status: envoySupported, set: hostPort("GRPC_HOST", "GRPC_PORT", "grpc-addr")},
+	{name: "GRPC_PORT", def: "8081", as: asInt, status: envoySupported, set: hostPort("GRPC_HOST", "GRPC_PORT", "grpc-addr")},
 	// After GRPC_HOST and GRPC_PORT: a socket wins over them.
 	{name: "GRPC_UDS", status: envoySupported, set: grpcUDS},
-	{name: "GRPC_MAX_CONNECTION_AGE", def: "24h", kind: kindDuration, status: envoySupported, set: toFlag("grpc-max-connection-age")},
-	{name: "GRPC_MAX_CONNECTION_AGE_GRACE", def: "1h", kind: kindDuration, status: envoySupported, set: toFlag("grpc-max-connection-age-grace")},
-	{name: "GRPC_SERVER_USE_TLS", def: "false", kind: kindBool, status: envoySupported, set: grpcTLS},
+	{name: "GRPC_MAX_CONNECTION_AGE", def: "24h", as: asDuration, status: envoySupported, set: toFlag("grpc-max-connection-age")},
+	{name: "GRPC_MAX_CONNECTION_AGE_GRACE", def: "1h", as: asDuration, status: envoySupported, set: toFlag("grpc-max-connection-age-grace")},
+	{name: "GRPC_SERVER_USE_TLS", def: "false", as: asBool, status: envoySupported, set: grpcTLS},
 	{name: "GRPC_SERVER_TLS_CERT", status: envoySupported, set: readByGRPCTLS},
 	{name: "GRPC_SERVER_TLS_KEY", status: envoySupported, set: readByGRPCTLS},
 	{name: "GRPC_CLIENT_TLS_CACERT", status: envoySupported, set: readByGRPCTLS},
@@ -76,112 +76,112 @@ var envoyVars = []envoyVar{
 	{name: "LOG_FORMAT", def: "text", status: envoySupported, set: logFormat},
 
 	{name: "CONFIG_TYPE", def: "FILE", status: envoyPending},
-	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", kind: kindBool, status: envoyPending},
+	{name: "FORCE_START_WITHOUT_INITIAL_CONFIG", def: "false", as: asBool, status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_NODE_ID", def: "default", status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_NODE_METADATA", status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_SERVER_URL", def: "localhost:18000", status: envoyPending},
-	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", kind: kindDuration, status: envoyPending},
+	{name: "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", def: "3s", as: asDuration, status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", status: envoyPending},
-	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", kind: kindBool, status: envoyPending},
+	{name: "CONFIG_GRPC_XDS_SERVER_USE_TLS", def: "false", as: asBool, status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", status: envoyPending},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", status: envoyPending},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", kind: kindDuration, status: envoyPending},
-	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", def: "60s", kind: kindDuration, status: envoyPending},
-	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def: "0.5", kind: kindFloat, status: envoyPending},
-	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", kind: kindBool, status: envoyPending},
-	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", kind: kindInt, status: envoyPending},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", def: "10s", as: asDuration, status: envoyPending},
+	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", def: "60s", as: asDuration, status: envoyPending},
+	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", def: "0.5", as: asFloat, status: envoyPending},
+	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", as: asBool, status: envoyPending},
+	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", as: asInt, status: envoyPending},
 
-	{name: "USE_DOG_STATSD", def: "false", kind: kindBool, status: envoyNotYet},
+	{name: "USE_DOG_STATSD", def: "false", as: asBool, status: envoyNotYet},
 	{name: "USE_DOG_STATSD_MOGRIFIERS", status: envoyNotYet},
-	{name: "USE_STATSD", def: "true", kind: kindBool, status: envoyNotYet},
+	{name: "USE_STATSD", def: "true", as: asBool, status: envoyNotYet},
 	{name: "STATSD_HOST", def: "localhost", status: envoyNotYet},
-	{name: "STATSD_PORT", def: "8125", kind: kindInt, status: envoyNotYet},
+	{name: "STATSD_PORT", def: "8125", as: asInt, status: envoyNotYet},
 	{name: "EXTRA_TAGS", status: envoyNotYet},
-	{name: "STATS_FLUSH_INTERVAL", def: "10s", kind: kindDuration, status: envoyNoEffect},
-	{name: "DISABLE_STATS", def: "false", kind: kindBool, status: envoyNoEffect},
-	{name: "USE_PROMETHEUS", def: "false", kind: kindBool, status: envoyNoEffect},
+	{name: "STATS_FLUSH_INTERVAL", def: "10s", as: asDuration, status: envoyNoEffect},
+	{name: "DISABLE_STATS", def: "false", as: asBool, status: envoyNoEffect},
+	{name: "USE_PROMETHEUS", def: "false", as: asBool, status: envoyNoEffect},
 	{name: "PROMETHEUS_ADDR", def: ":9090", status: envoyNotYet},
 	{name: "PROMETHEUS_PATH", def: "/metrics", status: envoyNotYet},
 	{name: "PROMETHEUS_MAPPER_YAML", status: envoyNotYet},
-	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", def: "false", kind: kindBool, status: envoyNotYet},
+	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", def: "false", as: asBool, status: envoyNotYet},
 
 	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", status: envoyPending},
 	{name: "RUNTIME_SUBDIRECTORY", status: envoyPending},
 	{name: "RUNTIME_APPDIRECTORY", def: "config", status: envoyPending},
-	{name: "RUNTIME_IGNOREDOTFILES", def: "false", kind: kindBool, status: envoyPending},
-	{name: "RUNTIME_WATCH_ROOT", def: "true", kind: kindBool, status: envoyPending},
+	{name: "RUNTIME_IGNOREDOTFILES", def: "false", as: asBool, status: envoyPending},
+	{name: "RUNTIME_WATCH_ROOT", def: "true", as: asBool, status: envoyPending},
 
-	{name: "EXPIRATION_JITTER_MAX_SECONDS", def: "300", kind: kindInt, status: envoyNotYet},
-	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", kind: kindInt, status: envoyNotYet},
-	{name: "NEAR_LIMIT_RATIO", def: "0.8", kind: kindFloat, status: envoySupported, set: toFlag("near-limit-ratio")},
+	{name: "EXPIRATION_JITTER_MAX_SECONDS", def: "300", as: asInt, status: envoyNotYet},
+	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", as: asInt, status: envoyNotYet},
+	{name: "NEAR_LIMIT_RATIO", def: "0.8", as: asFloat, status: envoySupported, set: toFlag("near-limit-ratio")},
 	{name: "CACHE_KEY_PREFIX", status: envoySupported, set: toFlag("redis-key-prefix")},
 	{name: "BACKEND_TYPE", def: "redis", status: envoySupported, set: backendType},
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", kind: kindBool, status: envoyNotYet},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", as: asBool, status: envoyNotYet},
 
-	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", def: "false", kind: kindBool, status: envoySupported, set: toFlag("response-headers")},
+	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", def: "false", as: asBool, status: envoySupported, set: toFlag("response-headers")},
 	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", status: envoySupported, set: toFlag("response-header-limit")},
 	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", status: envoySupported, set: toFlag("response-header-remaining")},
 	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", status: envoySupported, set: toFlag("response-header-reset")},
 
-	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", kind: kindBool, status: envoySupported, set: toFlag("healthy-with-at-least-one-config-loaded")},
+	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", as: asBool, status: envoySupported, set: toFlag("healthy-with-at-least-one-config-loaded")},
 
 	{name: "REDIS_SOCKET_TYPE", def: "unix", status: envoyPending},
 	{name: "REDIS_TYPE", def: "SINGLE", status: envoySupported, set: redisType},
 	{name: "REDIS_URL", def: "/var/run/nutcracker/ratelimit.sock", status: envoySupported, set: redisURL},
-	{name: "REDIS_POOL_SIZE", def: "10", kind: kindInt, status: envoyNoEffect},
+	{name: "REDIS_POOL_SIZE", def: "10", as: asInt, status: envoyNoEffect},
 	{name: "REDIS_AUTH", status: envoySupported, set: redisAuth},
-	{name: "REDIS_TLS", def: "false", kind: kindBool, status: envoySupported, set: toFlag("redis-tls")},
+	{name: "REDIS_TLS", def: "false", as: asBool, status: envoySupported, set: toFlag("redis-tls")},
 	{name: "REDIS_TLS_CLIENT_CERT", status: envoySupported, set: toFlag("redis-tls-cert")},
 	{name: "REDIS_TLS_CLIENT_KEY", status: envoySupported, set: toFlag("redis-tls-key")},
 	{name: "REDIS_TLS_CACERT", status: envoySupported, set: toFlag("redis-tls-ca")},
-	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", kind: kindBool, status: envoySupported, set: toFlag("redis-tls-skip-hostname-verification")},
-	{name: "REDIS_PIPELINE_WINDOW", def: "0", kind: kindDuration, status: envoySupported, set: toFlag("redis-max-flush-delay")},
-	{name: "REDIS_PIPELINE_LIMIT", def: "0", kind: kindInt, status: envoyNoEffect},
-	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", def: "1", kind: kindInt, status: envoyNoEffect},
-	{name: "REDIS_PERSECOND", def: "false", kind: kindBool, status: envoyPending},
+	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", as: asBool, status: envoySupported, set: toFlag("redis-tls-skip-hostname-verification")},
+	{name: "REDIS_PIPELINE_WINDOW", def: "0", as: asDuration, status: envoySupported, set: toFlag("redis-max-flush-delay")},
+	{name: "REDIS_PIPELINE_LIMIT", def: "0", as: asInt, status: envoyNoEffect},
+	{name: "REDIS_CLUSTER_PIPELINE_PARALLELISM", def: "1", as: asInt, status: envoyNoEffect},
+	{name: "REDIS_PERSECOND", def: "false", as: asBool, status: envoyPending},
 	{name: "REDIS_PERSECOND_SOCKET_TYPE", def: "unix", status: envoyPending},
 	{name: "REDIS_PERSECOND_TYPE", def: "SINGLE", status: envoyPending},
 	{name: "REDIS_PERSECOND_URL", def: "/var/run/nutcracker/ratelimitpersecond.sock", status: envoyPending},
-	{name: "REDIS_PERSECOND_POOL_SIZE", def: "10", kind: kindInt, status: envoyPending},
+	{name: "REDIS_PERSECOND_POOL_SIZE", def: "10", as: asInt, status: envoyPending},
 	{name: "REDIS_PERSECOND_AUTH", status: envoyPending},
-	{name: "REDIS_PERSECOND_TLS", def: "false", kind: kindBool, status: envoyPending},
+	{name: "REDIS_PERSECOND_TLS", def: "false", as: asBool, status: envoyPending},
 	{name: "REDIS_SENTINEL_AUTH", status: envoySupported, set: redisSentinelAuth},
 	{name: "REDIS_PERSECOND_SENTINEL_AUTH", status: envoyPending},
-	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", def: "0", kind: kindDuration, status: envoyPending},
-	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", def: "0", kind: kindInt, status: envoyPending},
-	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", def: "1", kind: kindInt, status: envoyPending},
-	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", def: "false", kind: kindBool, status: envoySupported, set: toFlag("redis-health-check-active-connection")},
-	{name: "REDIS_TIMEOUT", def: "10s", kind: kindDuration, status: envoySupported, set: redisTimeout},
-	{name: "REDIS_PERSECOND_TIMEOUT", def: "10s", kind: kindDuration, status: envoyPending},
+	{name: "REDIS_PERSECOND_PIPELINE_WINDOW", def: "0", as: asDuration, status: envoyPending},
+	{name: "REDIS_PERSECOND_PIPELINE_LIMIT", def: "0", as: asInt, status: envoyPending},
+	{name: "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", def: "1", as: asInt, status: envoyPending},
+	{name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", def: "false", as: asBool, status: envoySupported, set: toFlag("redis-health-check-active-connection")},
+	{name: "REDIS_TIMEOUT", def: "10s", as: asDuration, status: envoySupported, set: redisTimeout},
+	{name: "REDIS_PERSECOND_TIMEOUT", def: "10s", as: asDuration, status: envoyPending},
 	{name: "REDIS_POOL_ON_EMPTY_BEHAVIOR", def: "WAIT", status: envoySupported, set: poolOnEmpty},
 	{name: "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR", def: "WAIT", status: envoyPending},
-	{name: "REDIS_STARTUP_INITIAL_INTERVAL", def: "1s", kind: kindDuration, status: envoySupported, set: toFlag("redis-startup-initial-interval")},
-	{name: "REDIS_STARTUP_MAX_INTERVAL", def: "30s", kind: kindDuration, status: envoySupported, set: toFlag("redis-startup-max-interval")},
-	{name: "REDIS_STARTUP_MAX_ELAPSED_TIME", def: "0", kind: kindDuration, status: envoySupported, set: toFlag("redis-startup-max-elapsed-time")},
+	{name: "REDIS_STARTUP_INITIAL_INTERVAL", def: "1s", as: asDuration, status: envoySupported, set: toFlag("redis-startup-initial-interval")},
+	{name: "REDIS_STARTUP_MAX_INTERVAL", def: "30s", as: asDuration, status: envoySupported, set: toFlag("redis-startup-max-interval")},
+	{name: "REDIS_STARTUP_MAX_ELAPSED_TIME", def: "0", as: asDuration, status: envoySupported, set: toFlag("redis-startup-max-elapsed-time")},
 
 	{name: "MEMCACHE_HOST_PORT", status: envoyPending},
-	{name: "MEMCACHE_MAX_IDLE_CONNS", def: "2", kind: kindInt, status: envoyPending},
+	{name: "MEMCACHE_MAX_IDLE_CONNS", def: "2", as: asInt, status: envoyPending},
 	{name: "MEMCACHE_SRV", status: envoyPending},
-	{name: "MEMCACHE_SRV_REFRESH", def: "0", kind: kindDuration, status: envoyPending},
-	{name: "MEMCACHE_TLS", def: "false", kind: kindBool, status: envoyPending},
+	{name: "MEMCACHE_SRV_REFRESH", def: "0", as: asDuration, status: envoyPending},
+	{name: "MEMCACHE_TLS", def: "false", as: asBool, status: envoyPending},
 	{name: "MEMCACHE_TLS_CLIENT_CERT", status: envoyPending},
 	{name: "MEMCACHE_TLS_CLIENT_KEY", status: envoyPending},
 	{name: "MEMCACHE_TLS_CACERT", status: envoyPending},
-	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", kind: kindBool, status: envoyPending},
+	{name: "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", as: asBool, status: envoyPending},
 
-	{name: "SHADOW_MODE", def: "false", kind: kindBool, status: envoySupported, set: toFlag("global-shadow-mode")},
-	{name: "QUOTA_MODE", def: "false", kind: kindBool, status: envoySupported, set: toFlag("global-quota-mode")},
-	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", kind: kindBool, status: envoySupported, set: toFlag("response-dynamic-metadata")},
-	{name: "MERGE_DOMAIN_CONFIG", def: "false", kind: kindBool, status: envoyPending},
+	{name: "SHADOW_MODE", def: "false", as: asBool, status: envoySupported, set: toFlag("global-shadow-mode")},
+	{name: "QUOTA_MODE", def: "false", as: asBool, status: envoySupported, set: toFlag("global-quota-mode")},
+	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", as: asBool, status: envoySupported, set: toFlag("response-dynamic-metadata")},
+	{name: "MERGE_DOMAIN_CONFIG", def: "false", as: asBool, status: envoyPending},
 
-	{name: "TRACING_ENABLED", def: "false", kind: kindBool, status: envoyNotYet},
+	{name: "TRACING_ENABLED", def: "false", as: asBool, status: envoyNotYet},
 	{name: "TRACING_SERVICE_NAME", def: "RateLimit", status: envoyNotYet},
 	{name: "TRACING_SERVICE_NAMESPACE", status: envoyNotYet},
 	{name: "TRACING_SERVICE_INSTANCE_ID", status: envoyNotYet},
 	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", status: envoyNotYet},
-	{name: "TRACING_SAMPLING_RATE", def: "1", kind: kindFloat, status: envoyNotYet},
+	{name: "TRACING_SAMPLING_RATE", def: "1", as: asFloat, status: envoyNotYet},
 }
 
 // EnvoyVariables returns the names of every environment variable
@@ -236,7 +236,7 @@ func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) err
 		if v.status != envoyPending {
 			anySet = true
 		}
-		if err := checkKind(v.kind, val); err != nil {
+		if err := checkParses(v.as, val); err != nil {
 			errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", v.name, val, err))
 			continue
 		}
@@ -248,7 +248,7 @@ func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) err
 		case envoyNoEffect, envoyNotYet:
 			// USE_STATSD is true by default upstream; what Sluice lacks is
 			// sending StatsD, so true is what it reports.
-			if v.name == "USE_STATSD" && e.isTrue(v.name) || v.name != "USE_STATSD" && !sameValue(v.kind, val, v.def) {
+			if v.name == "USE_STATSD" && e.isTrue(v.name) || v.name != "USE_STATSD" && !sameValue(v.as, val, v.def) {
 				o.EnvoyEnvUnsupported = append(o.EnvoyEnvUnsupported, v.name)
 			}
 		}
@@ -261,26 +261,26 @@ func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) err
 	return errors.Join(errs...)
 }
 
-// checkKind checks val as envoyproxy/ratelimit would parse it.
-func checkKind(k envoyKind, val string) error {
+// checkParses checks val as envoyproxy/ratelimit would parse it.
+func checkParses(as parsedAs, val string) error {
 	var err error
-	switch k {
-	case kindBool:
+	switch as {
+	case asBool:
 		_, err = strconv.ParseBool(val)
 		if err != nil {
 			return errors.New("not a boolean (true or false)")
 		}
-	case kindInt:
+	case asInt:
 		_, err = strconv.ParseInt(val, 10, 64)
 		if err != nil {
 			return errors.New("not an integer")
 		}
-	case kindFloat:
+	case asFloat:
 		_, err = strconv.ParseFloat(val, 64)
 		if err != nil {
 			return errors.New("not a number")
 		}
-	case kindDuration:
+	case asDuration:
 		if _, err = time.ParseDuration(val); err != nil {
 			return errors.New("not a duration (such as 1s, 250ms or 1h)")
 		}
@@ -289,22 +289,22 @@ func checkKind(k envoyKind, val string) error {
 }
 
 // sameValue reports whether val means the same as envoyproxy/ratelimit's
-// default def; both are valid for k.
-func sameValue(k envoyKind, val, def string) bool {
-	switch k {
-	case kindBool:
+// default def; both parse as as.
+func sameValue(as parsedAs, val, def string) bool {
+	switch as {
+	case asBool:
 		a, _ := strconv.ParseBool(val)
 		b, _ := strconv.ParseBool(def)
 		return a == b
-	case kindInt:
+	case asInt:
 		a, _ := strconv.ParseInt(val, 10, 64)
 		b, _ := strconv.ParseInt(def, 10, 64)
 		return a == b
-	case kindFloat:
+	case asFloat:
 		a, _ := strconv.ParseFloat(val, 64)
 		b, _ := strconv.ParseFloat(def, 64)
 		return a == b
-	case kindDuration:
+	case asDuration:
 		a, _ := time.ParseDuration(val)
 		b, _ := time.ParseDuration(def)
 		return a == b
