@@ -115,15 +115,15 @@ var envoyVars = []envoyVar{
 
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", def: "300", as: asInt, status: envoyNotYet},
 	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", as: asInt, status: envoyNotYet},
-	{name: "NEAR_LIMIT_RATIO", def: "0.8", as: asFloat, status: envoySupported, set: toFlag("near-limit-ratio")},
+	{name: "NEAR_LIMIT_RATIO", def: "0.8", as: asFloat, status: envoySupported, set: nearLimitRatio},
 	{name: "CACHE_KEY_PREFIX", status: envoySupported, set: toFlag("redis-key-prefix")},
 	{name: "BACKEND_TYPE", def: "redis", status: envoySupported, set: backendType},
 	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", as: asBool, status: envoyNotYet},
 
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", def: "false", as: asBool, status: envoySupported, set: toFlag("response-headers")},
-	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", status: envoySupported, set: toFlag("response-header-limit")},
-	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", status: envoySupported, set: toFlag("response-header-remaining")},
-	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", status: envoySupported, set: toFlag("response-header-reset")},
+	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", status: envoySupported, set: headerName("response-header-limit")},
+	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", status: envoySupported, set: headerName("response-header-remaining")},
+	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", status: envoySupported, set: headerName("response-header-reset")},
 
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", as: asBool, status: envoySupported, set: toFlag("healthy-with-at-least-one-config-loaded")},
 
@@ -185,7 +185,7 @@ var envoyVars = []envoyVar{
 }
 
 // EnvoyVariables returns the names of every environment variable
-// envoyproxy/ratelimit reads, which ApplyEnvoyEnv accepts.
+// envoyproxy/ratelimit reads, which applyEnvoyEnv accepts.
 func EnvoyVariables() []string {
 	names := make([]string, len(envoyVars))
 	for i, v := range envoyVars {
@@ -194,18 +194,25 @@ func EnvoyVariables() []string {
 	return names
 }
 
-// envoyEnv is the state of one ApplyEnvoyEnv call.
+// envoyEnv is the state of one applyEnvoyEnv call.
 type envoyEnv struct {
 	fs     *flag.FlagSet
 	o      *Options
 	getenv func(string) string
+	cur    string       // the variable being applied
+	from   envoySources // what set each flag
 }
+
+// envoySources records, for each flag a variable set, the variable and the
+// flag value it set.
+type envoySources map[string]struct{ variable, value string }
 
 // flag sets a Sluice flag as if given on the command line.
 func (e *envoyEnv) flag(name, value string) error {
 	if err := e.fs.Set(name, value); err != nil {
 		return fmt.Errorf("--%s %q: %w", name, value, err)
 	}
+	e.from[name] = struct{ variable, value string }{e.cur, e.fs.Lookup(name).Value.String()}
 	return nil
 }
 
@@ -215,7 +222,7 @@ func (e *envoyEnv) isTrue(name string) bool {
 	return err == nil && b
 }
 
-// ApplyEnvoyEnv reads envoyproxy/ratelimit's environment variables
+// applyEnvoyEnv reads envoyproxy/ratelimit's environment variables
 // (HOST, PORT, REDIS_URL, LOG_LEVEL, …; see docs/envoy.md) through getenv
 // and sets the Sluice options they stand for: flags in fs (registered on
 // o), or, for secrets that have no flag, o's fields. Call it before the
@@ -223,9 +230,10 @@ func (e *envoyEnv) isTrue(name string) bool {
 // A variable left unset or empty keeps Sluice's default. A value
 // envoyproxy/ratelimit would refuse is an error naming the variable.
 // Variables that change nothing in Sluice are listed in
-// o.EnvoyEnvUnsupported, for one warning at startup.
-func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) error {
-	e := &envoyEnv{fs: fs, o: o, getenv: getenv}
+// o.EnvoyEnvUnsupported, for one warning at startup. The sources it
+// returns tell which variable set which flag, for explainSources.
+func applyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) (envoySources, error) {
+	e := &envoyEnv{fs: fs, o: o, getenv: getenv, from: envoySources{}}
 	var errs []error
 	anySet := false
 	for _, v := range envoyVars {
@@ -242,6 +250,7 @@ func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) err
 		}
 		switch v.status {
 		case envoySupported:
+			e.cur = v.name
 			if err := v.set(e, val); err != nil {
 				errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", v.name, val, err))
 			}
@@ -258,7 +267,30 @@ func ApplyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) err
 	if anySet && getenv("USE_STATSD") == "" && !e.isTrue("DISABLE_STATS") && !e.isTrue("USE_PROMETHEUS") && !e.isTrue("USE_DOG_STATSD") {
 		o.EnvoyEnvUnsupported = append(o.EnvoyEnvUnsupported, "USE_STATSD (default true)")
 	}
-	return errors.Join(errs...)
+	return e.from, errors.Join(errs...)
+}
+
+// explainSources adds to each of Validate's errors ("--flag: ...") the
+// environment variable that set the flag, when one did and neither the
+// flag's SLUICE_ variable nor the command line changed it since.
+func explainSources(err error, fs *flag.FlagSet, from envoySources, getenv func(string) string) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+		name, _, ok := strings.Cut(strings.TrimPrefix(e.Error(), "--"), ":")
+		src, set := from[name]
+		if !ok || !set || getenv(EnvName(name)) != "" || fs.Lookup(name).Value.String() != src.value {
+			continue
+		}
+		out[i] = fmt.Errorf("%w (from environment variable %s=%q)", e, src.variable, getenv(src.variable))
+	}
+	return errors.Join(out...)
 }
 
 // checkParses checks val as envoyproxy/ratelimit would parse it.
@@ -281,8 +313,12 @@ func checkParses(as parsedAs, val string) error {
 			return errors.New("not a number")
 		}
 	case asDuration:
-		if _, err = time.ParseDuration(val); err != nil {
+		d, err := time.ParseDuration(val)
+		if err != nil {
 			return errors.New("not a duration (such as 1s, 250ms or 1h)")
+		}
+		if d < 0 {
+			return errors.New("a negative duration")
 		}
 	}
 	return nil
@@ -315,6 +351,25 @@ func sameValue(as parsedAs, val, def string) bool {
 // toFlag sets the Sluice flag name to the variable's value as it is.
 func toFlag(name string) func(e *envoyEnv, v string) error {
 	return func(e *envoyEnv, v string) error { return e.flag(name, v) }
+}
+
+// nearLimitRatio sets --near-limit-ratio, a share in (0, 1].
+func nearLimitRatio(e *envoyEnv, v string) error {
+	r, _ := strconv.ParseFloat(v, 64)
+	if r <= 0 || r > 1 {
+		return errors.New("outside (0, 1]")
+	}
+	return e.flag("near-limit-ratio", v)
+}
+
+// headerName sets the flag to a valid HTTP header name.
+func headerName(flagName string) func(e *envoyEnv, v string) error {
+	return func(e *envoyEnv, v string) error {
+		if !validHeaderName(v) {
+			return errors.New("not an HTTP header name")
+		}
+		return e.flag(flagName, v)
+	}
 }
 
 // hostPort sets flag to host:port from the two variables, either of which

@@ -110,7 +110,7 @@ type Options struct {
 
 	// EnvoyEnvUnsupported lists the envoyproxy/ratelimit environment
 	// variables that were set but change nothing in Sluice (see
-	// ApplyEnvoyEnv); the service warns about them once at startup.
+	// docs/envoy.md); the service warns about them once at startup.
 	EnvoyEnvUnsupported []string
 }
 
@@ -184,7 +184,7 @@ var ErrHelp = flag.ErrHelp
 // ParseServe reads the serve command's flags from args, falling back to the
 // environment (getenv) for flags not given, on top of Defaults: a flag
 // wins over its SLUICE_ variable, which wins over the envoyproxy/ratelimit
-// variable that sets the same option (see ApplyEnvoyEnv). Usage goes to
+// variable that sets the same option (see applyEnvoyEnv). Usage goes to
 // out.
 func ParseServe(args []string, getenv func(string) string, out io.Writer) (Options, error) {
 	o := Defaults()
@@ -223,7 +223,8 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.
-	if err := ApplyEnvoyEnv(fs, &o, getenv); err != nil {
+	sources, err := applyEnvoyEnv(fs, &o, getenv)
+	if err != nil {
 		return o, err
 	}
 	if err := applyEnv(fs, getenv); err != nil {
@@ -236,7 +237,10 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o.Redis.Addrs = splitList(*addrs)
-	return o, o.Validate()
+	if err := o.Validate(); err != nil {
+		return o, explainSources(err, fs, sources, getenv)
+	}
+	return o, nil
 }
 
 // addStoreFlags registers the store flags shared by serve and proxy. The
