@@ -297,3 +297,20 @@ func TestEveryEnvoyVariableIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Any value of any envoyproxy/ratelimit variable is parsed or refused with
+// an error; never a panic.
+func FuzzEnvoyEnv(f *testing.F) {
+	f.Add(uint8(0), "127.0.0.1", "8080")
+	f.Add(uint8(60), "sentinel", "m,a:1,b:2")
+	f.Add(uint8(61), "CLUSTER", "a:1,,b:2")
+	f.Add(uint8(14), "JSON", "")
+	f.Fuzz(func(t *testing.T, pick uint8, v1, v2 string) {
+		names := app.EnvoyVariables()
+		a, b := names[int(pick)%len(names)], names[(int(pick)+1)%len(names)]
+		o, err := app.ParseServe(nil, envOf(map[string]string{a: v1, b: v2, "REDIS_TYPE": v1, "REDIS_URL": v2}), io.Discard)
+		if err == nil && o.Store == "redis" && len(o.Redis.Addrs) == 0 {
+			t.Fatalf("%s=%q %s=%q: the Redis store with no address passed validation", a, v1, b, v2)
+		}
+	})
+}
