@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -525,11 +526,7 @@ type healthService struct {
 
 // Check answers the status of a known service name, NotFound otherwise.
 func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	known := false
-	for _, n := range healthNames {
-		known = known || n == req.GetService()
-	}
-	if !known {
+	if !slices.Contains(healthNames, req.GetService()) {
 		return h.Server.Check(ctx, req)
 	}
 	if err := h.a.checkHealth(ctx); err != nil {
