@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
@@ -45,6 +48,9 @@ type App struct {
 	limiter *limiter.Limiter
 	rls     *server.RLS
 	health  *health.Server
+	// draining is set on a stop signal: the health checks answer
+	// unhealthy from then on.
+	draining atomic.Bool
 
 	reloads      *prometheus.CounterVec
 	lastReload   *prometheus.GaugeVec
@@ -72,7 +78,11 @@ func NewLogger(o Options, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(o.LogLevel))
 	ho := &slog.HandlerOptions{Level: level}
-	if o.LogFormat == "json" {
+	switch o.LogFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, ho))
+	case "json-envoy":
+		ho.ReplaceAttr = envoyLogAttrs
 		return slog.New(slog.NewJSONHandler(w, ho))
 	}
 	return slog.New(slog.NewTextHandler(w, ho))
@@ -109,6 +119,10 @@ func New(o Options, deps Deps) (*App, error) {
 		log.Warn("--config and --runtime-root are ignored: the descriptor config comes from xDS", "config", o.descriptorPath())
 		a.opts.ConfigPath, a.opts.RuntimeRoot = "", ""
 	}
+	if len(o.EnvoyEnvUnsupported) > 0 {
+		log.Warn("envoyproxy/ratelimit environment variables accepted but without effect in Sluice; see docs/envoy.md",
+			"variables", strings.Join(o.EnvoyEnvUnsupported, ", "))
+	}
 	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sluice", Name: "config_reloads_total",
@@ -141,6 +155,9 @@ func New(o Options, deps Deps) (*App, error) {
 		GlobalShadowMode: o.GlobalShadowMode,
 		GlobalQuotaMode:  o.GlobalQuotaMode,
 		ResponseHeaders:  o.ResponseHeaders,
+		LimitHeader:      o.ResponseHeaderLimit,
+		RemainingHeader:  o.ResponseHeaderRemaining,
+		ResetHeader:      o.ResponseHeaderReset,
 		DynamicMetadata:  o.ResponseDynamicMetadata,
 		Logger:           log,
 	})
@@ -208,11 +225,25 @@ func (a *App) Reload() error {
 	return errors.Join(errs...)
 }
 
-// Ready reports whether the service can answer: a configuration is loaded
-// and the store answers.
+// Ready reports whether the service is healthy, as envoyproxy/ratelimit
+// judges it: not shutting down; a configuration loaded, with at least one
+// domain under --healthy-with-at-least-one-config-loaded; and the store
+// answering, unless the --on-store-error policy answers for it (allow or
+// local) and --redis-health-check-active-connection is off.
 func (a *App) Ready(ctx context.Context) error {
-	if a.rls.Config() == nil {
+	if a.draining.Load() {
+		return errors.New("shutting down")
+	}
+	cfg := a.rls.Config()
+	if cfg == nil {
 		return errors.New("no configuration loaded")
+	}
+	if a.opts.HealthyWithConfig && len(cfg.Domains()) == 0 {
+		return errors.New("no domain loaded (--healthy-with-at-least-one-config-loaded)")
+	}
+	failsOpen := a.opts.OnStoreError == "allow" || a.opts.OnStoreError == "local"
+	if a.opts.Store != "memory" && failsOpen && !a.opts.Redis.HealthCheckActiveConnection {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -229,7 +260,16 @@ func (a *App) Start() error {
 		if addr == "" || addr == "off" {
 			return nil, nil
 		}
-		ln, err := net.Listen("tcp", addr)
+		network := "tcp"
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			network, addr = "unix", path
+			// A socket left by a process that died is in the way; a file
+			// that is not a socket is not ours to remove.
+			if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(path)
+			}
+		}
+		ln, err := net.Listen(network, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -261,9 +301,16 @@ func (a *App) Start() error {
 			return err
 		}
 		tlsConfig = r.config()
+		if san := a.opts.TLSClientSAN; san != "" {
+			requireClientSAN(tlsConfig, san)
+		}
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	a.health = health.NewServer()
+	if age, grace := a.opts.GRPCMaxConnectionAge, a.opts.GRPCMaxConnectionAgeGrace; age > 0 || grace > 0 {
+		// Zero is no limit in keepalive.ServerParameters too.
+		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: grace}))
+	}
 	// Rate limit messages are small: fixed flow-control windows larger than
 	// any call needs, which also turns off grpc-go's bandwidth-estimating
 	// pings.
@@ -275,15 +322,16 @@ func (a *App) Start() error {
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
-	healthpb.RegisterHealthServer(a.grpcServer, a.health)
-	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	a.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	a.health.SetServingStatus(sluicev1.Limits_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
+	a.setHealth(a.Ready(context.Background()) == nil)
 
 	mux := http.NewServeMux()
 	mux.Handle("/json", server.JSONHandler(a.rls))
 	mux.Handle("/v1/", server.KVHTTPHandler(kv))
-	mux.Handle("GET /healthcheck", server.HealthHandler(a.Ready))
+	mux.Handle("GET /healthcheck", server.HealthHandler(a.checkHealth))
+	if !a.opts.HTTPTLS {
+		tlsConfig = nil // TLS on gRPC only
+	}
 	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	a.debugServer = &http.Server{
 		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
@@ -341,6 +389,7 @@ func (a *App) DebugAddr() string { return addrOf(a.debugLn) }
 // Shutdown stops accepting calls, lets in-flight ones finish until ctx
 // ends, then closes the store.
 func (a *App) Shutdown(ctx context.Context) error {
+	a.draining.Store(true)
 	if a.stopWatch != nil {
 		a.stopWatch()
 	}
@@ -393,8 +442,8 @@ func (a *App) Shutdown(ctx context.Context) error {
 }
 
 // Run starts the service and serves until ctx is done or the process gets
-// SIGINT or SIGTERM, then shuts down within the shutdown timeout. SIGHUP
-// reloads the configuration.
+// SIGINT or SIGTERM, then drains (see --shutdown-drain-delay) and shuts
+// down within the shutdown timeout. SIGHUP reloads the configuration.
 func (a *App) Run(ctx context.Context) error {
 	// Catch signals before Start logs "sluice serving": a SIGHUP sent as
 	// soon as the service says it is up must reload it, not kill it.
@@ -408,6 +457,7 @@ func (a *App) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			a.drain(sigs)
 			return a.shutdownWithTimeout()
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -416,9 +466,93 @@ func (a *App) Run(ctx context.Context) error {
 				continue
 			}
 			a.log.Info("shutting down", "signal", sig.String())
+			a.drain(sigs)
 			return a.shutdownWithTimeout()
 		}
 	}
+}
+
+// drain answers unhealthy from now on and keeps serving for the
+// --shutdown-drain-delay, so that load balancers see the health checks
+// fail and stop sending calls before the listeners close. Another signal
+// ends the wait.
+func (a *App) drain(sigs <-chan os.Signal) {
+	a.draining.Store(true)
+	a.setHealth(false)
+	if d := a.opts.ShutdownDrainDelay; d > 0 {
+		a.log.Info("draining: health checks fail, calls are still served", "for", d.String())
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-sigs:
+		}
+	}
+}
+
+// requireClientSAN makes cfg's connections also require the client's
+// certificate, verified against the client CA already, to name san.
+func requireClientSAN(cfg *tls.Config, san string) {
+	perClient := cfg.GetConfigForClient
+	cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := perClient(hello)
+		if err != nil {
+			return nil, err
+		}
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tls: no client certificate")
+			}
+			if err := cs.PeerCertificates[0].VerifyHostname(san); err != nil {
+				return fmt.Errorf("tls: client certificate: %w", err)
+			}
+			return nil
+		}
+		return c, nil
+	}
+}
+
+// healthNames are the gRPC health service names the service answers for:
+// the server as a whole, its two APIs, and "ratelimit", the name
+// envoyproxy/ratelimit reports under.
+var healthNames = []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName, sluicev1.Limits_ServiceDesc.ServiceName, "ratelimit"}
+
+// setHealth sets every gRPC health name's status.
+func (a *App) setHealth(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, n := range healthNames {
+		a.health.SetServingStatus(n, st)
+	}
+}
+
+// checkHealth is Ready, also passing the verdict on to gRPC health
+// watchers.
+func (a *App) checkHealth(ctx context.Context) error {
+	err := a.Ready(ctx)
+	a.setHealth(err == nil)
+	return err
+}
+
+// healthService answers gRPC health checks from a fresh Ready verdict;
+// Watch and List come from the embedded server, whose statuses every
+// check, HTTP or gRPC, and every drain update.
+type healthService struct {
+	*health.Server
+	a *App
+}
+
+// Check answers the status of a known service name, NotFound otherwise.
+func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if !slices.Contains(healthNames, req.GetService()) {
+		return h.Server.Check(ctx, req)
+	}
+	if err := h.a.checkHealth(ctx); err != nil {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
 func (a *App) shutdownWithTimeout() error {

@@ -50,7 +50,8 @@ type Options struct {
 	// MemoryMaxEntries bounds the memory store's buckets; default 4194304.
 	MemoryMaxEntries int
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
-	// (default) or json.
+	// (default), json, or json-envoy (JSON with envoyproxy/ratelimit's
+	// field names: @timestamp, level, @message).
 	LogLevel, LogFormat string
 
 	// GlobalShadowMode answers OK to every Envoy request while counting.
@@ -66,6 +67,11 @@ type Options struct {
 	// ResponseHeaders adds RateLimit-Limit/Remaining/Reset headers to Envoy
 	// responses.
 	ResponseHeaders bool
+	// ResponseHeaderLimit, ResponseHeaderRemaining and ResponseHeaderReset
+	// name those headers; defaults RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset (envoyproxy/ratelimit's LIMIT_*_HEADER); empty means
+	// the default.
+	ResponseHeaderLimit, ResponseHeaderRemaining, ResponseHeaderReset string
 	// NearLimitRatio is the share of a limit past which hits count as near
 	// the limit in metrics; default 0.8, range (0, 1].
 	NearLimitRatio float64
@@ -80,6 +86,21 @@ type Options struct {
 	// ShutdownTimeout bounds how long in-flight calls may run after a stop
 	// signal; default 10s.
 	ShutdownTimeout time.Duration
+	// ShutdownDrainDelay is how long the service keeps serving after a stop
+	// signal while its health checks already answer unhealthy, so that
+	// load balancers stop sending calls before the listeners close;
+	// default 0.
+	ShutdownDrainDelay time.Duration
+	// HealthyWithConfig keeps the health checks unhealthy until at least
+	// one domain is loaded (envoyproxy/ratelimit's
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyWithConfig bool
+
+	// GRPCMaxConnectionAge closes a gRPC connection (with a GOAWAY) once it
+	// is this old, and GRPCMaxConnectionAgeGrace then gives its calls this
+	// long before the connection is cut. Defaults 24h and 1h
+	// (envoyproxy/ratelimit's); 0 is no limit.
+	GRPCMaxConnectionAge, GRPCMaxConnectionAgeGrace time.Duration
 
 	// GRPCWorkers is how many long-lived goroutines serve gRPC calls
 	// (grpc.NumStreamWorkers); a call finding none free gets a goroutine
@@ -92,6 +113,14 @@ type Options struct {
 	// optional client CA file that turns on mutual TLS. Certificates are
 	// reloaded when the files change.
 	TLSCert, TLSKey, TLSClientCA string
+	// TLSClientSAN, with TLSClientCA, also requires the client
+	// certificate to name this host (a DNS or IP SAN), as
+	// envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN.
+	TLSClientSAN string
+	// HTTPTLS serves the HTTP listener with TLS too when TLSCert is set;
+	// default true. False keeps HTTP in clear text (envoyproxy/ratelimit's
+	// GRPC_SERVER_USE_TLS secures the gRPC listener only).
+	HTTPTLS bool
 
 	// Redis settings, used with Store "redis".
 	Redis RedisOptions
@@ -113,6 +142,10 @@ type Options struct {
 	ConfigType string
 	// XDS configures the xDS client used with ConfigType GRPC_XDS_SOTW.
 	XDS XDSOptions
+	// EnvoyEnvUnsupported lists the envoyproxy/ratelimit environment
+	// variables that were set but change nothing in Sluice (see
+	// docs/envoy.md); the service warns about them once at startup.
+	EnvoyEnvUnsupported []string
 }
 
 // RedisOptions are the --redis-* flags.
@@ -132,6 +165,25 @@ type RedisOptions struct {
 	Clock        string        // --redis-clock local (default) or server
 	EnvoyKeys    bool          // --redis-envoy-keys (default true): fixed windows counted with envoyproxy/ratelimit's commands and keys
 	SocketType   string        // --redis-socket-type tcp (default) or unix: Addrs is then one socket path
+
+	TLSSkipHostname bool          // --redis-tls-skip-hostname-verification: verify the chain, not the name
+	MaxFlushDelay   time.Duration // --redis-max-flush-delay: how long a connection may gather pipelined commands; default 0
+	// HealthCheckActiveConnection (--redis-health-check-active-connection)
+	// makes the health checks fail while Redis does not answer, whatever
+	// --on-store-error says.
+	HealthCheckActiveConnection bool
+
+	// Startup retries: while Redis does not answer at startup, try again
+	// after StartupInitialInterval (default 1s), doubling up to
+	// StartupMaxInterval (default 30s), for at most StartupMaxElapsedTime
+	// (default 0: forever). --redis-startup-*. Zero intervals mean the
+	// defaults.
+	StartupInitialInterval, StartupMaxInterval, StartupMaxElapsedTime time.Duration
+
+	// Password, and SentinelUsername with SentinelPassword, have no flag:
+	// they come from envoyproxy/ratelimit's REDIS_AUTH and
+	// REDIS_SENTINEL_AUTH (--redis-password-file wins over Password).
+	Password, SentinelUsername, SentinelPassword string
 }
 
 // MemcacheOptions are the --memcache-* flags.
@@ -164,11 +216,20 @@ func Defaults() Options {
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
 		OnStoreError:    "error",
-		Redis:           RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true, SocketType: "tcp"},
-		PerSecondRedis:  RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, SocketType: "tcp"},
-		Memcache:        MemcacheOptions{MaxIdleConns: 2, Timeout: 100 * time.Millisecond},
-		ConfigType:      ConfigTypeFile,
-		XDS:             xdsDefaults(),
+		Redis: RedisOptions{
+			Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true, SocketType: "tcp",
+			StartupInitialInterval: time.Second, StartupMaxInterval: 30 * time.Second,
+		},
+		PerSecondRedis:            RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, SocketType: "tcp"},
+		Memcache:                  MemcacheOptions{MaxIdleConns: 2, Timeout: 100 * time.Millisecond},
+		ConfigType:                ConfigTypeFile,
+		XDS:                       xdsDefaults(),
+		ResponseHeaderLimit:       "RateLimit-Limit",
+		ResponseHeaderRemaining:   "RateLimit-Remaining",
+		ResponseHeaderReset:       "RateLimit-Reset",
+		GRPCMaxConnectionAge:      24 * time.Hour,
+		GRPCMaxConnectionAgeGrace: time.Hour,
+		HTTPTLS:                   true,
 
 		RuntimeAppDirectory: "config",
 		RuntimeWatchRoot:    true,
@@ -179,8 +240,10 @@ func Defaults() Options {
 var ErrHelp = flag.ErrHelp
 
 // ParseServe reads the serve command's flags from args, falling back to the
-// environment (getenv) for flags not given, on top of Defaults. Usage
-// goes to out.
+// environment (getenv) for flags not given, on top of Defaults: a flag
+// wins over its SLUICE_ variable, which wins over the envoyproxy/ratelimit
+// variable that sets the same option (see applyEnvoyEnv). Usage goes to
+// out.
 func ParseServe(args []string, getenv func(string) string, out io.Writer) (Options, error) {
 	o := Defaults()
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
@@ -198,20 +261,30 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, "HTTP listen address (/json, /v1/*, /healthcheck)")
 	fs.StringVar(&o.DebugAddr, "debug-addr", o.DebugAddr, "debug listen address (/metrics, /rlconfig, /debug/pprof/)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
-	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text or json")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: text, json, or json-envoy (envoyproxy/ratelimit's JSON field names)")
 	fs.BoolVar(&o.GlobalShadowMode, "global-shadow-mode", o.GlobalShadowMode, "answer OK to every request while still counting")
 	fs.BoolVar(&o.GlobalQuotaMode, "global-quota-mode", o.GlobalQuotaMode, "treat every descriptor as quota_mode: the request is over only when every descriptor is")
 	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", o.ResponseDynamicMetadata, "add dynamic_metadata (domain, descriptors, configured metadata) to RLS responses")
 	fs.BoolVar(&o.ResponseHeaders, "response-headers", o.ResponseHeaders, "add RateLimit-Limit/Remaining/Reset headers to RLS responses")
+	fs.StringVar(&o.ResponseHeaderLimit, "response-header-limit", o.ResponseHeaderLimit, "name of the limit header added by --response-headers")
+	fs.StringVar(&o.ResponseHeaderRemaining, "response-header-remaining", o.ResponseHeaderRemaining, "name of the remaining header added by --response-headers")
+	fs.StringVar(&o.ResponseHeaderReset, "response-header-reset", o.ResponseHeaderReset, "name of the reset header added by --response-headers")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", o.NearLimitRatio, "share of a limit past which hits count as near the limit")
 	fs.DurationVar(&o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
 	fs.StringVar(&o.LimitsPath, "limits", o.LimitsPath, "key-value limits defaults file")
 	fs.StringVar(&o.OverridesPath, "overrides", o.OverridesPath, "key-value limits overrides file")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
+	fs.DurationVar(&o.ShutdownDrainDelay, "shutdown-drain-delay", o.ShutdownDrainDelay, "how long to keep serving, reported unhealthy, after SIGINT/SIGTERM before closing the listeners")
+	fs.BoolVar(&o.HealthyWithConfig, "healthy-with-at-least-one-config-loaded", o.HealthyWithConfig, "report unhealthy until at least one domain is loaded")
+	fs.BoolVar(&o.Redis.HealthCheckActiveConnection, "redis-health-check-active-connection", o.Redis.HealthCheckActiveConnection, "report unhealthy while Redis does not answer, whatever --on-store-error says")
+	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
+	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
+	fs.StringVar(&o.TLSClientSAN, "tls-client-san", o.TLSClientSAN, "with --tls-client-ca, also require client certificates to name this host (SAN)")
+	fs.BoolVar(&o.HTTPTLS, "http-tls", o.HTTPTLS, "serve HTTP with TLS too when --tls-cert is set (false: gRPC only)")
 	addrs := o.addStoreFlags(fs)
 	fs.StringVar(&o.ConfigType, "config-type", o.ConfigType, "where the descriptor config comes from: FILE (--config) or GRPC_XDS_SOTW (an xDS management server)")
 	fs.StringVar(&o.XDS.ServerURL, "xds-server-url", o.XDS.ServerURL, "xDS management server address, host:port")
@@ -228,6 +301,12 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.XDS.ServerTLSCACert, "xds-server-tls-cacert", o.XDS.ServerTLSCACert, "CA file for the xDS server certificate (default: the system's)")
 	fs.StringVar(&o.XDS.ServerTLSSAN, "xds-server-tls-san", o.XDS.ServerTLSSAN, "name to verify in the xDS server certificate (default: the host of --xds-server-url)")
 
+	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
+	// variables, flags; each layer overwrites what the one before set.
+	sources, err := applyEnvoyEnv(fs, &o, getenv)
+	if err != nil {
+		return o, err
+	}
 	if err := applyEnv(fs, getenv); err != nil {
 		return o, err
 	}
@@ -238,7 +317,15 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o.Redis.Addrs = splitList(*addrs)
-	return o, o.Validate()
+	// --config (or SLUICE_CONFIG) names the descriptor files: it wins over
+	// a RUNTIME_ROOT that only envoyproxy/ratelimit's environment set.
+	if src, ok := sources["runtime-root"]; ok && o.ConfigPath != "" && o.RuntimeRoot == src.value {
+		o.RuntimeRoot = ""
+	}
+	if err := o.Validate(); err != nil {
+		return o, explainSources(err, fs, sources, getenv)
+	}
+	return o, nil
 }
 
 // addStoreFlags registers the store flags shared by serve and proxy. The
@@ -262,6 +349,11 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's pipelined INCRBY+EXPIRE on its keys (false: with the Lua script)")
+	fs.BoolVar(&o.Redis.TLSSkipHostname, "redis-tls-skip-hostname-verification", o.Redis.TLSSkipHostname, "verify the Redis certificate's chain but not its host name")
+	fs.DurationVar(&o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may gather pipelined commands before writing (0: write at once)")
+	fs.DurationVar(&o.Redis.StartupInitialInterval, "redis-startup-initial-interval", o.Redis.StartupInitialInterval, "first wait before retrying Redis at startup")
+	fs.DurationVar(&o.Redis.StartupMaxInterval, "redis-startup-max-interval", o.Redis.StartupMaxInterval, "longest wait between Redis retries at startup")
+	fs.DurationVar(&o.Redis.StartupMaxElapsedTime, "redis-startup-max-elapsed-time", o.Redis.StartupMaxElapsedTime, "give up starting when Redis has not answered for this long (0: retry forever)")
 
 	// The Redis socket type, the per-second Redis and memcache.
 	fs.StringVar(&o.Redis.SocketType, "redis-socket-type", o.Redis.SocketType, "how to reach Redis: tcp, or unix (--redis-addr is then a socket path)")
@@ -342,7 +434,7 @@ func (o *Options) Validate() error {
 	}
 	oneOf("store", o.Store, "memory", "redis", "memcache")
 	oneOf("log-level", o.LogLevel, "debug", "info", "warn", "error")
-	oneOf("log-format", o.LogFormat, "text", "json")
+	oneOf("log-format", o.LogFormat, "text", "json", "json-envoy")
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
@@ -364,6 +456,20 @@ func (o *Options) Validate() error {
 	if o.ShutdownTimeout <= 0 {
 		bad("shutdown-timeout", "%s must be positive", o.ShutdownTimeout)
 	}
+	if o.ShutdownDrainDelay < 0 {
+		bad("shutdown-drain-delay", "%s is negative", o.ShutdownDrainDelay)
+	}
+	if o.GRPCMaxConnectionAge < 0 {
+		bad("grpc-max-connection-age", "%s is negative", o.GRPCMaxConnectionAge)
+	}
+	if o.GRPCMaxConnectionAgeGrace < 0 {
+		bad("grpc-max-connection-age-grace", "%s is negative", o.GRPCMaxConnectionAgeGrace)
+	}
+	for flag, v := range map[string]string{"response-header-limit": o.ResponseHeaderLimit, "response-header-remaining": o.ResponseHeaderRemaining, "response-header-reset": o.ResponseHeaderReset} {
+		if v != "" && !validHeaderName(v) {
+			bad(flag, "%q is not a header name", v)
+		}
+	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)
 	}
@@ -375,6 +481,9 @@ func (o *Options) Validate() error {
 	}
 	if o.TLSClientCA != "" && o.TLSCert == "" {
 		bad("tls-client-ca", "needs --tls-cert and --tls-key")
+	}
+	if o.TLSClientSAN != "" && o.TLSClientCA == "" {
+		bad("tls-client-san", "needs --tls-client-ca")
 	}
 	if o.OverridesPath != "" && o.LimitsPath == "" {
 		bad("overrides", "needs --limits")
@@ -388,6 +497,15 @@ func (o *Options) Validate() error {
 		}
 		if o.Redis.Timeout <= 0 {
 			bad("redis-timeout", "%s must be positive", o.Redis.Timeout)
+		}
+		if o.Redis.StartupInitialInterval < 0 {
+			bad("redis-startup-initial-interval", "%s is negative", o.Redis.StartupInitialInterval)
+		}
+		if o.Redis.StartupMaxInterval != 0 && o.Redis.StartupMaxInterval < o.Redis.StartupInitialInterval {
+			bad("redis-startup-max-interval", "%s is shorter than --redis-startup-initial-interval %s", o.Redis.StartupMaxInterval, o.Redis.StartupInitialInterval)
+		}
+		if o.Redis.StartupMaxElapsedTime < 0 {
+			bad("redis-startup-max-elapsed-time", "%s is negative", o.Redis.StartupMaxElapsedTime)
 		}
 	}
 	// The Redis socket type, the per-second Redis and memcache.
@@ -437,4 +555,18 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is a non-empty HTTP header name (an
+// RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

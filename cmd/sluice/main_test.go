@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -476,5 +477,102 @@ func TestCheckAgreesWithUpstreamOnFilesLoadedTogether(t *testing.T) {
 				t.Errorf("sluice check accepted = %t (exit %d: %s), want %t as upstream", got, code, strings.TrimSpace(errOut), tt.accepted)
 			}
 		})
+	}
+}
+
+// An environment written for envoyproxy/ratelimit runs the binary with no
+// flags: its ports, its JSON log fields, and on SIGTERM failing health
+// checks while calls are still served (SLUICE_SHUTDOWN_DRAIN_DELAY).
+func TestServeFromAnEnvoyEnvironmentDrainsOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	port := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	}
+	httpPort := port()
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(), "DEBUG_PORT=" + port(),
+		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false",
+		"SLUICE_CONFIG=../../examples/config", "SLUICE_SHUTDOWN_DRAIN_DELAY=3s",
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(20 * time.Second)
+	for serving := false; !serving; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("serve exited before serving")
+			}
+			if strings.Contains(l, `"@message":"sluice serving"`) {
+				serving = true
+				if !strings.Contains(l, `"@timestamp":`) || !strings.Contains(l, `"level":"info"`) {
+					t.Errorf("got %s, want envoyproxy/ratelimit's JSON fields", l)
+				}
+			}
+		case <-deadline:
+			t.Fatal(`no JSON "sluice serving" line`)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	health := func() int {
+		resp, err := http.Get("http://127.0.0.1:" + httpPort + "/healthcheck")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := health(); code != http.StatusOK {
+		t.Fatalf("healthcheck: got %d, want 200", code)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sawDrain := false
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && !sawDrain; time.Sleep(20 * time.Millisecond) {
+		sawDrain = health() == http.StatusServiceUnavailable
+	}
+	if !sawDrain {
+		t.Fatal("healthcheck after SIGTERM: never 503 while draining")
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v, want exit code 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not exit after the drain")
 	}
 }
