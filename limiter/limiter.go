@@ -135,6 +135,9 @@ type Decision struct {
 	// Count is, for a fixed window, the window's counter after the
 	// transaction.
 	Count int64
+	// Cached reports a decision answered from the limiter's local
+	// over-limit cache, without a store round trip (always denied).
+	Cached bool
 	// Index is the transaction of the batch this decision came from, or -1
 	// when no checked transaction applied a limit.
 	Index int
