@@ -164,7 +164,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	domain := req.GetDomain()
 	known := cfg != nil && cfg.Domain(domain) != nil
 	if !known && s.opts.Metrics != nil {
-		s.opts.Metrics.domainNotFound.Inc()
+		s.opts.Metrics.stats.DomainNotFound(domain)
 	}
 
 	sc := scratchPool.Get().(*scratch)
@@ -399,7 +399,7 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		if s.opts.Metrics != nil {
-			s.opts.Metrics.globalShadow.Inc()
+			s.opts.Metrics.stats.GlobalShadowMode.Add(1)
 		}
 	}
 	return resp
@@ -489,16 +489,26 @@ func mergeMetadata(dst, src map[string]any) {
 }
 
 // record adds c's hits to its rule's statistics, as envoyproxy/ratelimit
-// splits them between within, near and over the limit.
+// splits them between within, near and over the limit. An over-limit
+// decision answered from the local over-limit cache counts all its hits
+// over the limit and over_limit_with_local_cache, as upstream's does.
 func (s *RLS) record(c *check, d *limiter.Decision) {
 	m := s.opts.Metrics
 	if m == nil || c.negative {
 		return
 	}
-	st := m.rule(c.statsKey)
+	st := m.stats.Rule(c.statsKey)
 	over := !d.Allowed
 	hits := c.hits
-	st.totalHits.Add(float64(hits))
+	st.TotalHits.Add(hits)
+	if over && d.Cached {
+		st.OverLimit.Add(hits)
+		st.OverLimitWithLocalCache.Add(hits)
+		if c.rule.ShadowMode {
+			st.ShadowMode.Add(hits)
+		}
+		return
+	}
 	limit := uint64(c.rule.RequestsPerUnit)
 	var before, after uint64
 	if c.rule.Burst > 0 {
@@ -517,29 +527,29 @@ func (s *RLS) record(c *check, d *limiter.Decision) {
 	near := uint64(math.Floor(float64(float32(limit) * float32(s.opts.NearLimitRatio))))
 	if over {
 		if before >= limit {
-			st.overLimit.Add(float64(hits))
+			st.OverLimit.Add(hits)
 		} else {
-			st.overLimit.Add(float64(after - limit))
-			st.nearLimit.Add(float64(limit - max(near, before)))
+			st.OverLimit.Add(after - limit)
+			st.NearLimit.Add(limit - max(near, before))
 		}
 		if c.rule.ShadowMode {
 			// Only the hits past the limit, as envoyproxy/ratelimit counts.
 			if before >= limit {
-				st.shadowMode.Add(float64(hits))
+				st.ShadowMode.Add(hits)
 			} else {
-				st.shadowMode.Add(float64(after - limit))
+				st.ShadowMode.Add(after - limit)
 			}
 		}
 		return
 	}
 	if after > near {
 		if before >= near {
-			st.nearLimit.Add(float64(hits))
+			st.NearLimit.Add(hits)
 		} else {
-			st.nearLimit.Add(float64(after - near))
+			st.NearLimit.Add(after - near)
 		}
 	}
-	st.withinLimit.Add(float64(hits))
+	st.WithinLimit.Add(hits)
 }
 
 func clampUint32(n int64) uint32 {
