@@ -71,6 +71,9 @@ type App struct {
 
 	stopWatch func()
 	stopXDS   func() // stops the xDS client; nil without one
+
+	metrics *server.Metrics // the RLS's statistics, read by every sink
+	sinks   *statsSinks     // StatsD and the Prometheus compatibility series
 }
 
 // NewLogger builds the logger the options ask for, writing to w.
@@ -147,10 +150,17 @@ func New(o Options, deps Deps) (*App, error) {
 	}
 	a.store = st
 	a.limiter = limiter.New(st, clk)
+	a.metrics = server.NewMetrics(a.registry)
+	sinks, err := newStatsSinks(o.Stats, a.metrics.Stats(), a.registry, a)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	a.sinks = sinks
 	a.rls = server.NewRLS(server.RLSOptions{
 		Limiter:          a.limiter,
 		Clock:            clk,
-		Metrics:          server.NewMetrics(a.registry),
+		Metrics:          a.metrics,
 		NearLimitRatio:   o.NearLimitRatio,
 		GlobalShadowMode: o.GlobalShadowMode,
 		GlobalQuotaMode:  o.GlobalQuotaMode,
@@ -191,6 +201,7 @@ func (a *App) loadDescriptors() error {
 		return nil
 	}
 	cfg, err := descriptors.LoadWith(path, a.opts.descriptorLoadOptions())
+	a.metrics.Stats().ConfigLoad(err == nil)
 	if err != nil {
 		a.reloads.WithLabelValues("descriptors", "failure").Inc()
 		a.lastReload.WithLabelValues("descriptors").Set(0)
@@ -342,6 +353,10 @@ func (a *App) Start() error {
 		a.closeListeners()
 		return err
 	}
+	if err := a.sinks.start(a.opts.Stats, a); err != nil {
+		a.closeListeners()
+		return err
+	}
 	if a.grpcLn != nil {
 		go func() { _ = a.grpcServer.Serve(a.grpcLn) }()
 	}
@@ -437,6 +452,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	addErr(a.sinks.stop(ctx))
 	addErr(a.store.Close())
 	return errors.Join(errs...)
 }

@@ -91,19 +91,23 @@ var envoyVars = []envoyVar{
 	{name: "XDS_CLIENT_BACKOFF_JITTER", def: "true", as: asBool, status: envoyNoEffect},
 	{name: "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", as: asInt, status: envoySupported, set: toFlag("xds-max-recv-msg-size")},
 
-	{name: "USE_DOG_STATSD", def: "false", as: asBool, status: envoyNotYet},
-	{name: "USE_DOG_STATSD_MOGRIFIERS", status: envoyNotYet},
-	{name: "USE_STATSD", def: "true", as: asBool, status: envoyNotYet},
-	{name: "STATSD_HOST", def: "localhost", status: envoyNotYet},
-	{name: "STATSD_PORT", def: "8125", as: asInt, status: envoyNotYet},
-	{name: "EXTRA_TAGS", status: envoyNotYet},
-	{name: "STATS_FLUSH_INTERVAL", def: "10s", as: asDuration, status: envoyNoEffect},
-	{name: "DISABLE_STATS", def: "false", as: asBool, status: envoyNoEffect},
-	{name: "USE_PROMETHEUS", def: "false", as: asBool, status: envoyNoEffect},
-	{name: "PROMETHEUS_ADDR", def: ":9090", status: envoyNotYet},
-	{name: "PROMETHEUS_PATH", def: "/metrics", status: envoyNotYet},
+	// The sink (USE_*, DISABLE_STATS, STATSD_HOST/PORT, PROMETHEUS_ADDR/
+	// PATH) is chosen by envoyStats once every variable is read.
+	{name: "USE_DOG_STATSD", def: "false", as: asBool, status: envoySupported, set: readByStats},
+	{name: "USE_DOG_STATSD_MOGRIFIERS", status: envoySupported, set: toFlag("dogstatsd-mogrifiers")},
+	{name: "USE_STATSD", def: "true", as: asBool, status: envoySupported, set: readByStats},
+	{name: "STATSD_HOST", def: "localhost", status: envoySupported, set: readByStats},
+	{name: "STATSD_PORT", def: "8125", as: asInt, status: envoySupported, set: readByStats},
+	{name: "EXTRA_TAGS", status: envoySupported, set: toFlag("stats-extra-tags")},
+	{name: "STATS_FLUSH_INTERVAL", def: "10s", as: asDuration, status: envoySupported, set: toFlag("stats-flush-interval")},
+	{name: "DISABLE_STATS", def: "false", as: asBool, status: envoySupported, set: readByStats},
+	{name: "USE_PROMETHEUS", def: "false", as: asBool, status: envoySupported, set: readByStats},
+	{name: "PROMETHEUS_ADDR", def: ":9090", status: envoySupported, set: readByStats},
+	{name: "PROMETHEUS_PATH", def: "/metrics", status: envoySupported, set: readByStats},
+	// A custom statsd_exporter mapping needs statsd_exporter: point
+	// --statsd-addr at one instead.
 	{name: "PROMETHEUS_MAPPER_YAML", status: envoyNotYet},
-	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", def: "false", as: asBool, status: envoyNotYet},
+	{name: "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", def: "false", as: asBool, status: envoySupported, set: toFlag("prometheus-response-time-ms")},
 
 	{name: "RUNTIME_ROOT", def: "/srv/runtime_data/current", status: envoySupported, set: toFlag("runtime-root")},
 	{name: "RUNTIME_SUBDIRECTORY", status: envoySupported, set: toFlag("runtime-subdirectory")},
@@ -251,17 +255,17 @@ func applyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) (en
 				errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", v.name, val, err))
 			}
 		case envoyNoEffect, envoyNotYet:
-			// USE_STATSD is true by default upstream; what Sluice lacks is
-			// sending StatsD, so true is what it reports.
-			if v.name == "USE_STATSD" && e.isTrue(v.name) || v.name != "USE_STATSD" && !sameValue(v.as, val, v.def) {
+			if !sameValue(v.as, val, v.def) {
 				o.EnvoyEnvUnsupported = append(o.EnvoyEnvUnsupported, v.name)
 			}
 		}
 	}
-	// envoyproxy/ratelimit sends StatsD unless told otherwise: someone
-	// moving an environment over should hear that Sluice does not.
-	if anySet && getenv("USE_STATSD") == "" && !e.isTrue("DISABLE_STATS") && !e.isTrue("USE_PROMETHEUS") && !e.isTrue("USE_DOG_STATSD") {
-		o.EnvoyEnvUnsupported = append(o.EnvoyEnvUnsupported, "USE_STATSD (default true)")
+	// envoyproxy/ratelimit sends StatsD unless told otherwise, so an
+	// environment of its variables does too.
+	if anySet {
+		if err := envoyStats(e); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return e.from, errors.Join(errs...)
 }
@@ -430,6 +434,62 @@ func grpcTLS(e *envoyEnv, v string) error {
 // readByGRPCTLS accepts a variable that grpcTLS reads when
 // GRPC_SERVER_USE_TLS is true, and that is ignored otherwise.
 func readByGRPCTLS(*envoyEnv, string) error { return nil }
+
+// readByStats marks the variables envoyStats reads.
+func readByStats(*envoyEnv, string) error { return nil }
+
+// envoyStats picks the statistics sink as envoyproxy/ratelimit does: none
+// with DISABLE_STATS; else DogStatsD (USE_DOG_STATSD), StatsD (USE_STATSD,
+// true unless set false) to STATSD_HOST:STATSD_PORT, or Prometheus
+// (USE_PROMETHEUS) on PROMETHEUS_ADDR and PROMETHEUS_PATH; upstream
+// refuses to start with more than one. Sluice's own metrics stay in every
+// case.
+func envoyStats(e *envoyEnv) error {
+	if e.isTrue("DISABLE_STATS") {
+		return nil
+	}
+	statsd := e.getenv("USE_STATSD") == "" || e.isTrue("USE_STATSD")
+	dog, prom := e.isTrue("USE_DOG_STATSD"), e.isTrue("USE_PROMETHEUS")
+	if n := btoi(statsd) + btoi(dog) + btoi(prom); n > 1 {
+		return fmt.Errorf("environment variables USE_DOG_STATSD=%q, USE_STATSD=%q (true when unset) and USE_PROMETHEUS=%q: envoyproxy/ratelimit uses one stats sink; set USE_STATSD=false with the others",
+			e.getenv("USE_DOG_STATSD"), e.getenv("USE_STATSD"), e.getenv("USE_PROMETHEUS"))
+	}
+	host, port := e.getenv("STATSD_HOST"), e.getenv("STATSD_PORT")
+	if host == "" {
+		host = "localhost"
+	}
+	if port == "" {
+		port = "8125"
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("environment variable STATSD_PORT=%q: not a port (1 to 65535)", port)
+	}
+	switch {
+	case dog:
+		e.cur = "USE_DOG_STATSD"
+		return errors.Join(e.flag("statsd-addr", net.JoinHostPort(host, port)), e.flag("dogstatsd", "true"))
+	case statsd:
+		e.cur = "USE_STATSD"
+		return e.flag("statsd-addr", net.JoinHostPort(host, port))
+	case prom:
+		e.cur = "USE_PROMETHEUS"
+		addr, path := e.getenv("PROMETHEUS_ADDR"), e.getenv("PROMETHEUS_PATH")
+		if addr == "" {
+			addr = ":9090"
+		}
+		if path == "" {
+			path = "/metrics"
+		}
+		return errors.Join(e.flag("prometheus-compat", "true"), e.flag("prometheus-addr", addr), e.flag("prometheus-path", path))
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // logLevel maps logrus's levels onto Sluice's: trace is debug, fatal and
 // panic are error. Case does not matter.

@@ -146,6 +146,11 @@ type Options struct {
 	// variables that were set but change nothing in Sluice (see
 	// docs/envoy.md); the service warns about them once at startup.
 	EnvoyEnvUnsupported []string
+
+	// Stats configure the StatsD/DogStatsD sink and envoyproxy/ratelimit's
+	// Prometheus series (--statsd-*, --stats-*, --dogstatsd*,
+	// --prometheus-*).
+	Stats StatsOptions
 }
 
 // RedisOptions are the --redis-* flags.
@@ -233,6 +238,8 @@ func Defaults() Options {
 
 		RuntimeAppDirectory: "config",
 		RuntimeWatchRoot:    true,
+
+		Stats: StatsOptions{FlushInterval: 10 * time.Second, PrometheusPath: "/metrics"},
 	}
 }
 
@@ -301,6 +308,18 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.XDS.ServerTLSCACert, "xds-server-tls-cacert", o.XDS.ServerTLSCACert, "CA file for the xDS server certificate (default: the system's)")
 	fs.StringVar(&o.XDS.ServerTLSSAN, "xds-server-tls-san", o.XDS.ServerTLSSAN, "name to verify in the xDS server certificate (default: the host of --xds-server-url)")
 
+	// Statistics sinks (docs/envoy.md, "Statistics").
+	fs.StringVar(&o.Stats.StatsdAddr, "statsd-addr", o.Stats.StatsdAddr, "send envoyproxy/ratelimit's statistics to this StatsD server, host:port (empty: off)")
+	fs.StringVar(&o.Stats.StatsdProtocol, "statsd-protocol", o.Stats.StatsdProtocol, "StatsD transport: tcp or udp (empty: tcp, udp with --dogstatsd)")
+	fs.DurationVar(&o.Stats.FlushInterval, "stats-flush-interval", o.Stats.FlushInterval, "how often to send the statistics' changes to StatsD")
+	fs.StringVar(&o.Stats.ExtraTags, "stats-extra-tags", o.Stats.ExtraTags, "tags added to every StatsD stat, \"k1:v1,k2:v2\"")
+	fs.BoolVar(&o.Stats.DogStatsD, "dogstatsd", o.Stats.DogStatsD, "send DogStatsD lines (tags after |#) to --statsd-addr")
+	fs.Func("dogstatsd-mogrifiers", "DogStatsD mogrifiers to apply, comma-separated NAMEs, each defined by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS", func(v string) error { o.Stats.Mogrifiers = splitList(v); return nil })
+	fs.BoolVar(&o.Stats.PrometheusCompat, "prometheus-compat", o.Stats.PrometheusCompat, "also expose envoyproxy/ratelimit's Prometheus series (ratelimit_service_*) on the debug /metrics")
+	fs.StringVar(&o.Stats.PrometheusAddr, "prometheus-addr", o.Stats.PrometheusAddr, "with --prometheus-compat, also serve those series on this listen address (empty: none)")
+	fs.StringVar(&o.Stats.PrometheusPath, "prometheus-path", o.Stats.PrometheusPath, "path of the series on --prometheus-addr")
+	fs.BoolVar(&o.Stats.PrometheusResponseTimeMillis, "prometheus-response-time-ms", o.Stats.PrometheusResponseTimeMillis, "report ratelimit_service_response_time_seconds in milliseconds, as upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
+
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.
 	sources, err := applyEnvoyEnv(fs, &o, getenv)
@@ -322,6 +341,7 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	if src, ok := sources["runtime-root"]; ok && o.ConfigPath != "" && o.RuntimeRoot == src.value {
 		o.RuntimeRoot = ""
 	}
+	o.Stats.MogrifierDefs = mogrifierDefs(o.Stats.Mogrifiers, getenv)
 	if err := o.Validate(); err != nil {
 		return o, explainSources(err, fs, sources, getenv)
 	}
@@ -554,6 +574,7 @@ func (o *Options) Validate() error {
 			bad("memcache-expiration-jitter", "%s is negative", mc.Jitter)
 		}
 	}
+	o.Stats.validate(bad)
 	return errors.Join(errs...)
 }
 

@@ -116,10 +116,12 @@ func (a *App) startXDS() error {
 		BackoffInitial: x.BackoffInitial, BackoffMax: x.BackoffMax, Logger: a.log,
 		Apply: func(cfg *descriptors.Config, _ string) {
 			a.rls.SetConfig(cfg)
+			a.metrics.Stats().ConfigLoad(true)
 			a.reloads.WithLabelValues("descriptors", "success").Inc()
 			a.lastReload.WithLabelValues("descriptors").Set(1)
 		},
 		Reject: func(string, error) {
+			a.metrics.Stats().ConfigLoad(false)
 			a.reloads.WithLabelValues("descriptors", "failure").Inc()
 			a.lastReload.WithLabelValues("descriptors").Set(0)
 		},
