@@ -25,7 +25,8 @@ type StatsDOptions struct {
 	Interval time.Duration
 	// Tags are added to every stat: as ".__key=value" suffixes of the name
 	// (lyft/gostats' encoding, which envoyproxy/ratelimit uses), or with
-	// DogStatsD as "|#key:value" tags.
+	// DogStatsD as "|#key:value" tags; either way '.', ':' and '|' in
+	// values become '_', as upstream's encoding makes them.
 	Tags []Tag
 	// DogStatsD writes DogStatsD lines, with tags and Mogrifiers.
 	DogStatsD bool
@@ -316,7 +317,11 @@ func (s *StatsD) format(name string, value []byte, t string, rate float64) []byt
 			}
 			b = append(b, t.Key...)
 			b = append(b, ':')
-			b = append(b, t.Value...)
+			if i < len(s.opts.Tags) {
+				b = append(b, tagValue(t.Value)...) // extra tags pass through gostats' name encoding upstream
+			} else {
+				b = append(b, t.Value...)
+			}
 		}
 	}
 	b = append(b, '\n')
