@@ -95,9 +95,13 @@ type Stats struct {
 	rtSumNanos atomic.Int64
 
 	sampling atomic.Bool
-	smu      sync.Mutex // protects samples, sampled
-	samples  []float64  // response times in microseconds since the last drain
-	sampled  uint64     // calls timed since the last drain
+	// Response-time samples for StatsD, double-buffered without a lock:
+	// calls write into buffer gen, in slots taken from taken[gen], the
+	// time in nanoseconds plus one (0: not written yet); drainSamples
+	// flips gen and empties the other buffer.
+	gen     atomic.Uint32
+	taken   [2]atomic.Uint64
+	samples [2][maxSamples]atomic.Int64
 }
 
 // New returns empty statistics.
@@ -203,12 +207,10 @@ func (s *Stats) ObserveResponseTime(d time.Duration) {
 	s.secBuckets[bucket(sec)].Add(1)
 	s.msBuckets[bucket(sec*1000)].Add(1)
 	if s.sampling.Load() {
-		s.smu.Lock()
-		s.sampled++
-		if len(s.samples) < maxSamples {
-			s.samples = append(s.samples, float64(d)/float64(time.Microsecond))
+		g := s.gen.Load() & 1
+		if i := s.taken[g].Add(1) - 1; i < maxSamples {
+			s.samples[g][i].Store(int64(d) + 1)
 		}
-		s.smu.Unlock()
 	}
 }
 
@@ -248,13 +250,17 @@ func (s *Stats) startSampling() { s.sampling.Store(true) }
 
 // drainSamples appends the response times kept since the last drain, in
 // microseconds, to buf, and returns it with the number of calls timed in
-// that time (more than the samples once maxSamples were kept).
+// that time (more than the samples once maxSamples were kept). A call that
+// raced with the drain is reported by a later one. It must not be called
+// concurrently with itself.
 func (s *Stats) drainSamples(buf []float64) ([]float64, uint64) {
-	s.smu.Lock()
-	defer s.smu.Unlock()
-	buf = append(buf, s.samples...)
-	n := s.sampled
-	s.samples, s.sampled = s.samples[:0], 0
+	g := (s.gen.Add(1) - 1) & 1 // the buffer calls wrote into until now
+	n := s.taken[g].Swap(0)
+	for i := range min(n, maxSamples) {
+		if v := s.samples[g][i].Swap(0); v != 0 {
+			buf = append(buf, float64(v-1)/float64(time.Microsecond))
+		}
+	}
 	return buf, n
 }
 
