@@ -148,12 +148,23 @@ func NewStatsD(st *Stats, o StatsDOptions) (*StatsD, error) {
 func (s *StatsD) Run(ctx context.Context) {
 	t := time.NewTicker(s.opts.Interval)
 	defer t.Stop()
+	failing := false
+	flush := func() {
+		// Log when sending starts failing and when it recovers, not at
+		// every interval of an unreachable server.
+		switch err := s.Flush(); {
+		case err != nil && !failing:
+			s.opts.Logger.Warn("statsd flush failed; retrying every interval", "addr", s.opts.Addr, "err", err)
+			failing = true
+		case err == nil && failing:
+			s.opts.Logger.Info("statsd flush works again", "addr", s.opts.Addr)
+			failing = false
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			if err := s.Flush(); err != nil {
-				s.opts.Logger.Warn("statsd flush failed", "addr", s.opts.Addr, "err", err)
-			}
+			flush()
 			s.mu.Lock()
 			if s.conn != nil {
 				_ = s.conn.Close()
@@ -162,9 +173,7 @@ func (s *StatsD) Run(ctx context.Context) {
 			s.mu.Unlock()
 			return
 		case <-t.C:
-			if err := s.Flush(); err != nil {
-				s.opts.Logger.Warn("statsd flush failed", "addr", s.opts.Addr, "err", err)
-			}
+			flush()
 		}
 	}
 }
