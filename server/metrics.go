@@ -79,7 +79,11 @@ func (c *ruleCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *ruleCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+		// A label value that is not valid UTF-8 (which neither gRPC nor
+		// /json lets through) drops the series rather than the scrape.
+		if m, err := prometheus.NewConstMetric(d, prometheus.CounterValue, float64(v), labels...); err == nil {
+			ch <- m
+		}
 	}
 	// Keys that differ only in characters Name replaces share a label,
 	// and so a series.

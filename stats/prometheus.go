@@ -99,19 +99,29 @@ func (c *compat) Collect(ch chan<- prometheus.Metric) {
 				continue // upstream's series appear with their first count
 			}
 			if s.deep {
-				ch <- prometheus.MustNewConstMetric(ruleDescs3[i], prometheus.CounterValue, float64(v), s.labels[:]...)
+				send(ch, ruleDescs3[i], v, s.labels[:]...)
 			} else {
-				ch <- prometheus.MustNewConstMetric(ruleDescs2[i], prometheus.CounterValue, float64(v), s.labels[:2]...)
+				send(ch, ruleDescs2[i], v, s.labels[:2]...)
 			}
 		}
 	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		if v != 0 {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+			send(ch, d, v, labels...)
 		}
 	}
+	// Domains whose names escape alike share a series.
+	notFound := map[string]uint64{}
+	var names []string
 	for _, d := range c.st.Domains() {
-		counter(desc("ratelimit_service_rate_limit_"+escape(Name(d.Name))+"_domain_not_found"), d.NotFound.Load())
+		name := "ratelimit_service_rate_limit_" + escape(Name(d.Name)) + "_domain_not_found"
+		if _, ok := notFound[name]; !ok {
+			names = append(names, name)
+		}
+		notFound[name] += d.NotFound.Load()
+	}
+	for _, name := range names {
+		counter(desc(name), notFound[name])
 	}
 	counter(loadOKDesc, c.st.ConfigLoadSuccess.Load())
 	counter(loadErrDesc, c.st.ConfigLoadError.Load())
@@ -133,4 +143,13 @@ func escape(s string) string {
 		}
 		return '_'
 	}, s)
+}
+
+// send sends a counter; a label value that is not valid UTF-8 (which
+// neither gRPC nor /json lets through) drops the series rather than the
+// scrape.
+func send(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
+	if m, err := prometheus.NewConstMetric(d, prometheus.CounterValue, float64(v), labels...); err == nil {
+		ch <- m
+	}
 }
