@@ -98,6 +98,8 @@ var envoyVars = []envoyVar{
 	{name: "USE_STATSD", def: "true", as: asBool, status: envoySupported, set: readByStats},
 	{name: "STATSD_HOST", def: "localhost", status: envoySupported, set: readByStats},
 	{name: "STATSD_PORT", def: "8125", as: asInt, status: envoySupported, set: readByStats},
+	// Read by upstream's StatsD client (lyft/gostats), not its settings.
+	{name: "STATSD_PROTOCOL", def: "tcp", status: envoySupported, set: readByStats},
 	{name: "EXTRA_TAGS", status: envoySupported, set: toFlag("stats-extra-tags")},
 	{name: "STATS_FLUSH_INTERVAL", def: "10s", as: asDuration, status: envoySupported, set: toFlag("stats-flush-interval")},
 	{name: "DISABLE_STATS", def: "false", as: asBool, status: envoySupported, set: readByStats},
@@ -439,8 +441,9 @@ func readByGRPCTLS(*envoyEnv, string) error { return nil }
 func readByStats(*envoyEnv, string) error { return nil }
 
 // envoyStats picks the statistics sink as envoyproxy/ratelimit does: none
-// with DISABLE_STATS; else DogStatsD (USE_DOG_STATSD), StatsD (USE_STATSD,
-// true unless set false) to STATSD_HOST:STATSD_PORT, or Prometheus
+// with DISABLE_STATS; else DogStatsD (USE_DOG_STATSD, over UDP as
+// upstream's DogStatsD client), StatsD (USE_STATSD, true unless set false)
+// to STATSD_HOST:STATSD_PORT over STATSD_PROTOCOL, or Prometheus
 // (USE_PROMETHEUS) on PROMETHEUS_ADDR and PROMETHEUS_PATH; upstream
 // refuses to start with more than one. Sluice's own metrics stay in every
 // case.
@@ -469,7 +472,15 @@ func envoyStats(e *envoyEnv) error {
 		return errors.Join(e.flag("statsd-addr", net.JoinHostPort(host, port)), e.flag("dogstatsd", "true"))
 	case statsd:
 		e.cur = "USE_STATSD"
-		return e.flag("statsd-addr", net.JoinHostPort(host, port))
+		var err error
+		switch p := e.getenv("STATSD_PROTOCOL"); p {
+		case "":
+		case "tcp", "udp":
+			err = e.flag("statsd-protocol", p)
+		default:
+			return fmt.Errorf("environment variable STATSD_PROTOCOL=%q: not tcp or udp", p)
+		}
+		return errors.Join(err, e.flag("statsd-addr", net.JoinHostPort(host, port)))
 	case prom:
 		e.cur = "USE_PROMETHEUS"
 		addr, path := e.getenv("PROMETHEUS_ADDR"), e.getenv("PROMETHEUS_PATH")
