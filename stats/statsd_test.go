@@ -159,3 +159,25 @@ func TestRecordingAnExistingKeyDoesNotAllocate(t *testing.T) {
 		t.Errorf("got %v allocations per call, want 0", n)
 	}
 }
+
+// EXTRA_TAGS and mogrifier tags come from the environment: any text is
+// parsed or refused, never a panic, and parsed tags are whole and sorted.
+func FuzzParseTags(f *testing.F) {
+	f.Add("env:prod,zone:eu.1")
+	f.Add("a:b:c,,d:e")
+	f.Add(":x")
+	f.Fuzz(func(t *testing.T, s string) {
+		tags, err := stats.ParseTags(s)
+		if err != nil {
+			return
+		}
+		for i, tag := range tags {
+			if tag.Key == "" || tag.Value == "" {
+				t.Fatalf("%q: tag %d %+v is not whole", s, i, tag)
+			}
+			if i > 0 && tags[i-1].Key > tag.Key {
+				t.Fatalf("%q: tags not sorted: %+v", s, tags)
+			}
+		}
+	})
+}
