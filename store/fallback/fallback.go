@@ -205,7 +205,7 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 // batch no store accepts is refused with store.ErrBadBatch first, as the
 // primary would refuse it, whatever the policy.
 func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out []store.Result, cause error) error {
-	if err := check(b, out); err != nil {
+	if err := b.Check(out); err != nil {
 		return err
 	}
 	s.m.answers.Inc()
@@ -233,22 +233,6 @@ func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out 
 	return cause
 }
 
-// check returns the error, wrapping store.ErrBadBatch, with which every
-// store refuses b: a short out, an invalid operation, a bucket named twice.
-func check(b store.Batch, out []store.Result) error {
-	if len(out) < len(b.Ops) {
-		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(b.Ops))
-	}
-	for i := range b.Ops {
-		if err := b.Ops[i].Validate(); err != nil {
-			return err
-		}
-	}
-	if _, i, dup := store.Duplicate(b.Ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, b.Ops[i].Key)
-	}
-	return nil
-}
 
 // markDown records the primary as unavailable and starts the probe.
 func (s *Store) markDown(cause error) {

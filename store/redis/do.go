@@ -58,19 +58,10 @@ const (
 // Do returns within Options.Timeout; errors from an unreachable Redis wrap
 // store.ErrUnavailable.
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
-	ops := b.Ops
-	if len(out) < len(ops) {
-		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
+	if err := b.Check(out); err != nil {
+		return err
 	}
-	for i := range ops {
-		if err := ops[i].Validate(); err != nil {
-			return err
-		}
-	}
-	if _, i, dup := store.Duplicate(ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
-	}
-	if len(ops) == 0 {
+	if len(b.Ops) == 0 {
 		return nil
 	}
 	start := s.clock.Now()
