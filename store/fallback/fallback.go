@@ -233,7 +233,6 @@ func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out 
 	return cause
 }
 
-
 // markDown records the primary as unavailable and starts the probe.
 func (s *Store) markDown(cause error) {
 	if s.healthy.CompareAndSwap(true, false) {
