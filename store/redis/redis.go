@@ -301,6 +301,13 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {
+		if strings.Contains(err.Error(), "unknown message type") {
+			// Something answered, but not in the Redis protocol (an HTTP
+			// server answers 'H', message type 72): a wrong address, not
+			// an outage, so no ErrUnavailable (startup does not retry it).
+			return nil, fmt.Errorf("redis %s %s: the server does not speak the Redis protocol (%v): is this the address of a Redis server (or of Sentinels with --redis-mode sentinel)?",
+				o.Mode, strings.Join(o.Addrs, ","), err)
+		}
 		return nil, fmt.Errorf("%w: redis %s %s: %w", store.ErrUnavailable, o.Mode, strings.Join(o.Addrs, ","), err)
 	}
 	if o.Mode == Cluster && client.Mode() != rueidis.ClientModeCluster {
