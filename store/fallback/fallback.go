@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/store"
 )
 
@@ -169,9 +170,11 @@ func (s *Store) Healthy() bool { return s.healthy.Load() }
 func (s *Store) Policy() Policy { return s.policy }
 
 // Do sends b to the primary while it is healthy. When the primary fails
-// with an error wrapping store.ErrUnavailable or a deadline, or is already
-// marked down, Do answers by the policy; other errors (store.ErrBadBatch)
-// are returned as they are. A bad batch is refused with store.ErrBadBatch
+// with an error wrapping store.ErrUnavailable or its own deadline, or is
+// already marked down, Do answers by the policy; other errors
+// (store.ErrBadBatch) are returned as they are. A call whose own context
+// ends first (the caller's deadline or cancellation) fails alone: it never
+// marks the primary down. A bad batch is refused with store.ErrBadBatch
 // under every policy, the primary down or not.
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	if !s.healthy.Load() {
@@ -186,6 +189,16 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	err := s.primary.Do(pctx, now, b, out)
 	if err == nil {
 		return nil
+	}
+	if clock.Ended(ctx) {
+		// The caller's own deadline or cancellation: this call fails
+		// alone. It says nothing about the primary, which stays up for
+		// everyone else.
+		cerr := ctx.Err()
+		if cerr == nil {
+			cerr = context.DeadlineExceeded
+		}
+		return fmt.Errorf("primary store: %w (the caller's context ended)", cerr)
 	}
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
