@@ -173,8 +173,8 @@ func (s *Store) Policy() Policy { return s.policy }
 // with an error wrapping store.ErrUnavailable or its own deadline, or is
 // already marked down, Do answers by the policy; other errors
 // (store.ErrBadBatch) are returned as they are. A call whose own context
-// ends first (the caller's deadline or cancellation) fails alone: it never
-// marks the primary down. A bad batch is refused with store.ErrBadBatch
+// ends first (the caller's deadline or cancellation) is answered by the
+// policy, alone: it never marks the primary down. A bad batch is refused with store.ErrBadBatch
 // under every policy, the primary down or not.
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	if !s.healthy.Load() {
@@ -191,14 +191,12 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 		return nil
 	}
 	if clock.Ended(ctx) {
-		// The caller's own deadline or cancellation: this call fails
-		// alone. It says nothing about the primary, which stays up for
-		// everyone else.
-		cerr := ctx.Err()
-		if cerr == nil {
-			cerr = context.DeadlineExceeded
-		}
-		return fmt.Errorf("primary store: %w (the caller's context ended)", cerr)
+		// The caller's own deadline or cancellation, checked before
+		// anything else: this call is answered by the policy, alone. It
+		// says nothing about the primary, which stays up for everyone
+		// else, even though the primary (store/redis) reports a cut-short
+		// call as unavailable.
+		return s.fallBack(ctx, now, b, out, err)
 	}
 	switch {
 	case errors.Is(err, store.ErrUnavailable):

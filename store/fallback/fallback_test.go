@@ -393,21 +393,18 @@ func TestACallersShortDeadlineFailsOnlyThatCall(t *testing.T) {
 	out := make([]store.Result, 2)
 	for i := range 50 {
 		// Deadlines from already past to a few microseconds: each one
-		// ends before any Redis could answer.
+		// ends before any Redis could answer. The deny policy answers such
+		// a call; it never marks the primary down.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*time.Microsecond)
-		err := s.Do(ctx, now, spend("short"+strconv.Itoa(i)), out)
+		if err := s.Do(ctx, now, spend("short"+strconv.Itoa(i)), out); err != nil {
+			t.Fatalf("call %d: got %v, want an answer (Redis's or the policy's)", i, err)
+		}
 		cancel()
-		if err == nil {
-			continue // the fastest Redis may still make it
-		}
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
-			t.Fatalf("call %d: got %v, want the caller's deadline, not an unavailable store", i, err)
-		}
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.Do(cctx, now, spend("cancelled"), out); err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatalf("a cancelled caller: got %v, want context.Canceled (or an answer)", err)
+	if err := s.Do(cctx, now, spend("cancelled"), out); err != nil {
+		t.Fatalf("a cancelled caller: got %v, want an answer", err)
 	}
 	if !s.Healthy() {
 		t.Fatal("the primary was marked down by callers' own deadlines")

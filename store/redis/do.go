@@ -56,12 +56,9 @@ const (
 // all-or-nothing batch that some slot denies is undone by a compensating
 // refund in a second round trip; see the package doc for exactly what holds.
 // Do returns within Options.Timeout; errors from an unreachable Redis wrap
-// store.ErrUnavailable. A call cut short by the caller's own context (its
-// deadline, sooner than the timeout, or a cancellation) returns the
-// context's error without store.ErrUnavailable: one caller's short
-// deadline says nothing about Redis.
+// store.ErrUnavailable, a call cut short by the caller's own deadline
+// included (store/fallback tells the two apart).
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
-	caller := ctx
 	if err := b.Check(out); err != nil {
 		return err
 	}
@@ -78,9 +75,6 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	}
 	err := s.do(ctx, now, b, out)
 	s.m.observe(s.clock.Now().Sub(start))
-	if err != nil && clock.Ended(caller) {
-		return fmt.Errorf("redis: the caller's context ended first: %w", callerErr(caller))
-	}
 	return err
 }
 
@@ -428,12 +422,4 @@ func retryable(c *call, cmd rueidis.Completed) rueidis.Completed {
 		}
 	}
 	return cmd.ToRetryable()
-}
-
-// callerErr is the error of a context that clock.Ended reports done.
-func callerErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return context.DeadlineExceeded
 }
