@@ -160,6 +160,9 @@ func New(o Options, deps Deps) (*App, error) {
 		ResetHeader:      o.ResponseHeaderReset,
 		DynamicMetadata:  o.ResponseDynamicMetadata,
 		Logger:           log,
+		MaxDescriptors:   o.MaxDescriptors,
+		MaxEntries:       o.MaxDescriptorEntries,
+		MaxEntryBytes:    o.MaxDescriptorEntryBytes,
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()

@@ -108,6 +108,11 @@ type Options struct {
 	// the stack copying a new goroutine pays on every call. 0: a new
 	// goroutine per call, grpc-go's default. Default 64.
 	GRPCWorkers int
+	// MaxDescriptors, MaxDescriptorEntries and MaxDescriptorEntryBytes
+	// cap an Envoy request: its descriptors (default 1000), a descriptor's
+	// entries (default 64), an entry key's or value's length (default
+	// 4096 bytes). A request past one is refused before any store work.
+	MaxDescriptors, MaxDescriptorEntries, MaxDescriptorEntryBytes int
 
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
@@ -215,7 +220,12 @@ func Defaults() Options {
 		ReloadDelay:     250 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
-		OnStoreError:    "error",
+
+		MaxDescriptors:          1000,
+		MaxDescriptorEntries:    64,
+		MaxDescriptorEntryBytes: 4096,
+
+		OnStoreError: "error",
 		Redis: RedisOptions{
 			Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true, SocketType: "tcp",
 			StartupInitialInterval: time.Second, StartupMaxInterval: 30 * time.Second,
@@ -280,6 +290,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
 	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
+	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
+	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
+	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, in bytes")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
@@ -438,6 +451,14 @@ func (o *Options) Validate() error {
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	for _, c := range [...]struct {
+		flag string
+		v    int
+	}{{"max-descriptors", o.MaxDescriptors}, {"max-descriptor-entries", o.MaxDescriptorEntries}, {"max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes}} {
+		if c.v < 1 {
+			bad(c.flag, "%d must be at least 1", c.v)
+		}
+	}
 	if o.RuntimeRoot != "" && o.ConfigPath != "" {
 		bad("runtime-root", "--config and --runtime-root are exclusive: give one")
 	}

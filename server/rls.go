@@ -64,7 +64,20 @@ type RLSOptions struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// Logger for request errors; default slog.Default().
 	Logger *slog.Logger
+	// Caps on a request, checked before any store work; a request past
+	// one is InvalidArgument naming it. MaxDescriptors bounds the
+	// descriptors of a request (default 1000), MaxEntries the entries of a
+	// descriptor (default 64), MaxEntryBytes the length of an entry's key
+	// or value (default 4096). No request an Envoy sends comes near them.
+	MaxDescriptors, MaxEntries, MaxEntryBytes int
 }
+
+// Default request caps; see RLSOptions.
+const (
+	DefaultMaxDescriptors = 1000
+	DefaultMaxEntries     = 64
+	DefaultMaxEntryBytes  = 4096
+)
 
 // RLS answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // as envoyproxy/ratelimit does. Create it with NewRLS and give it a
@@ -99,6 +112,15 @@ func NewRLS(o RLSOptions) *RLS {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.MaxDescriptors <= 0 {
+		o.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
+	if o.MaxEntryBytes <= 0 {
+		o.MaxEntryBytes = DefaultMaxEntryBytes
 	}
 	return &RLS{opts: o}
 }
@@ -159,6 +181,9 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, invalidRequest("descriptors", "rate limit descriptor list must not be empty")
+	}
+	if err := s.checkCaps(req); err != nil {
+		return nil, err
 	}
 	cfg := s.config.Load()
 	domain := req.GetDomain()
@@ -257,6 +282,26 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		resp.DynamicMetadata = dynamicMetadata(req, checks)
 	}
 	return resp, nil
+}
+
+// checkCaps refuses a request past the caps of RLSOptions, naming the cap
+// and its flag, before any work is done for it.
+func (s *RLS) checkCaps(req *rlsv3.RateLimitRequest) error {
+	o := &s.opts
+	if n := len(req.GetDescriptors()); n > o.MaxDescriptors {
+		return invalidRequest("descriptors", "the request has %d descriptors, more than the %d allowed (--max-descriptors)", n, o.MaxDescriptors)
+	}
+	for i, d := range req.GetDescriptors() {
+		if n := len(d.GetEntries()); n > o.MaxEntries {
+			return invalidRequest(fmt.Sprintf("descriptors[%d].entries", i), "descriptor %d has %d entries, more than the %d allowed (--max-descriptor-entries)", i, n, o.MaxEntries)
+		}
+		for j, e := range d.GetEntries() {
+			if n := max(len(e.GetKey()), len(e.GetValue())); n > o.MaxEntryBytes {
+				return invalidRequest(fmt.Sprintf("descriptors[%d].entries[%d]", i, j), "descriptor %d entry %d has a key or value of %d bytes, more than the %d allowed (--max-descriptor-entry-bytes)", i, j, n, o.MaxEntryBytes)
+			}
+		}
+	}
+	return nil
 }
 
 // scratch holds a request's working arrays, which are reused from request
