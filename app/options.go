@@ -280,15 +280,15 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.ResponseHeaderRemaining, "response-header-remaining", o.ResponseHeaderRemaining, "name of the remaining header added by --response-headers")
 	fs.StringVar(&o.ResponseHeaderReset, "response-header-reset", o.ResponseHeaderReset, "name of the reset header added by --response-headers")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", o.NearLimitRatio, "share of a limit past which hits count as near the limit")
-	fs.DurationVar(&o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
+	durationVar(fs, &o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
 	fs.StringVar(&o.LimitsPath, "limits", o.LimitsPath, "key-value limits defaults file")
 	fs.StringVar(&o.OverridesPath, "overrides", o.OverridesPath, "key-value limits overrides file")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
-	fs.DurationVar(&o.ShutdownDrainDelay, "shutdown-drain-delay", o.ShutdownDrainDelay, "how long to keep serving, reported unhealthy, after SIGINT/SIGTERM before closing the listeners")
+	durationVar(fs, &o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
+	durationVar(fs, &o.ShutdownDrainDelay, "shutdown-drain-delay", o.ShutdownDrainDelay, "how long to keep serving, reported unhealthy, after SIGINT/SIGTERM before closing the listeners")
 	fs.BoolVar(&o.HealthyWithConfig, "healthy-with-at-least-one-config-loaded", o.HealthyWithConfig, "report unhealthy until at least one domain is loaded")
 	fs.BoolVar(&o.Redis.HealthCheckActiveConnection, "redis-health-check-active-connection", o.Redis.HealthCheckActiveConnection, "report unhealthy while Redis does not answer, whatever --on-store-error says")
-	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
-	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
+	durationVar(fs, &o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
+	durationVar(fs, &o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
 	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
@@ -304,9 +304,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.XDS.NodeID, "xds-node-id", o.XDS.NodeID, "node id sent to the xDS server, which keys its snapshots by it")
 	fs.StringVar(&o.XDS.NodeMetadata, "xds-node-metadata", o.XDS.NodeMetadata, "node metadata sent to the xDS server, \"k1=v1,k2=v2\"")
 	fs.StringVar(&o.XDS.Headers, "xds-client-headers", o.XDS.Headers, "gRPC headers added to the xDS stream, \"k1:v1,k2:v2\"")
-	fs.DurationVar(&o.XDS.ConnectRetryInterval, "xds-connect-retry-interval", o.XDS.ConnectRetryInterval, "how often to dial the xDS server again while it cannot be reached")
-	fs.DurationVar(&o.XDS.BackoffInitial, "xds-backoff-initial", o.XDS.BackoffInitial, "wait before reopening a broken xDS stream; doubles after each stream that broke without a response")
-	fs.DurationVar(&o.XDS.BackoffMax, "xds-backoff-max", o.XDS.BackoffMax, "longest wait before reopening a broken xDS stream")
+	durationVar(fs, &o.XDS.ConnectRetryInterval, "xds-connect-retry-interval", o.XDS.ConnectRetryInterval, "how often to dial the xDS server again while it cannot be reached")
+	durationVar(fs, &o.XDS.BackoffInitial, "xds-backoff-initial", o.XDS.BackoffInitial, "wait before reopening a broken xDS stream; doubles after each stream that broke without a response")
+	durationVar(fs, &o.XDS.BackoffMax, "xds-backoff-max", o.XDS.BackoffMax, "longest wait before reopening a broken xDS stream")
 	fs.IntVar(&o.XDS.MaxRecvMsgSize, "xds-max-recv-msg-size", o.XDS.MaxRecvMsgSize, "largest xDS response accepted, in bytes (0: 4 MiB)")
 	fs.BoolVar(&o.XDS.UseTLS, "xds-server-use-tls", o.XDS.UseTLS, "connect to the xDS server over TLS")
 	fs.StringVar(&o.XDS.ClientTLSCert, "xds-client-tls-cert", o.XDS.ClientTLSCert, "client certificate file for the xDS server (mutual TLS)")
@@ -358,15 +358,15 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.TLSCert, "redis-tls-cert", o.Redis.TLSCert, "client certificate file for Redis")
 	fs.StringVar(&o.Redis.TLSKey, "redis-tls-key", o.Redis.TLSKey, "client key file for Redis")
 	fs.BoolVar(&o.Redis.TLSInsecure, "redis-tls-insecure-skip-verify", o.Redis.TLSInsecure, "do not verify the Redis certificate (tests only)")
-	fs.DurationVar(&o.Redis.Timeout, "redis-timeout", o.Redis.Timeout, "bound on each Redis call")
+	durationVar(fs, &o.Redis.Timeout, "redis-timeout", o.Redis.Timeout, "bound on each Redis call")
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's pipelined INCRBY+EXPIRE on its keys (false: with the Lua script)")
 	fs.BoolVar(&o.Redis.TLSSkipHostname, "redis-tls-skip-hostname-verification", o.Redis.TLSSkipHostname, "verify the Redis certificate's chain but not its host name")
-	fs.DurationVar(&o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may gather pipelined commands before writing (0: write at once)")
-	fs.DurationVar(&o.Redis.StartupInitialInterval, "redis-startup-initial-interval", o.Redis.StartupInitialInterval, "first wait before retrying Redis at startup")
-	fs.DurationVar(&o.Redis.StartupMaxInterval, "redis-startup-max-interval", o.Redis.StartupMaxInterval, "longest wait between Redis retries at startup")
-	fs.DurationVar(&o.Redis.StartupMaxElapsedTime, "redis-startup-max-elapsed-time", o.Redis.StartupMaxElapsedTime, "give up starting when Redis has not answered for this long (0: retry forever)")
+	durationVar(fs, &o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may gather pipelined commands before writing (0: write at once)")
+	durationVar(fs, &o.Redis.StartupInitialInterval, "redis-startup-initial-interval", o.Redis.StartupInitialInterval, "first wait before retrying Redis at startup")
+	durationVar(fs, &o.Redis.StartupMaxInterval, "redis-startup-max-interval", o.Redis.StartupMaxInterval, "longest wait between Redis retries at startup")
+	durationVar(fs, &o.Redis.StartupMaxElapsedTime, "redis-startup-max-elapsed-time", o.Redis.StartupMaxElapsedTime, "give up starting when Redis has not answered for this long (0: retry forever)")
 
 	// The Redis socket type, the per-second Redis and memcache.
 	fs.StringVar(&o.Redis.SocketType, "redis-socket-type", o.Redis.SocketType, "how to reach Redis: tcp, or unix (--redis-addr is then a socket path)")
@@ -383,15 +383,15 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&ps.TLSCert, "redis-persecond-tls-cert", ps.TLSCert, "client certificate file for the per-second Redis")
 	fs.StringVar(&ps.TLSKey, "redis-persecond-tls-key", ps.TLSKey, "client key file for the per-second Redis")
 	fs.BoolVar(&ps.TLSInsecure, "redis-persecond-tls-insecure-skip-verify", ps.TLSInsecure, "do not verify the per-second Redis certificate (tests only)")
-	fs.DurationVar(&ps.Timeout, "redis-persecond-timeout", ps.Timeout, "bound on each per-second Redis call")
+	durationVar(fs, &ps.Timeout, "redis-persecond-timeout", ps.Timeout, "bound on each per-second Redis call")
 	mc := &o.Memcache
 	fs.Func("memcache-addrs", "memcached servers, host:port, comma-separated, in the same order on every instance", func(v string) error { mc.Addrs = splitList(v); return nil })
 	fs.StringVar(&mc.SRV, "memcache-srv", mc.SRV, "DNS SRV name (_service._proto.name) listing the memcached servers")
-	fs.DurationVar(&mc.SRVRefresh, "memcache-srv-refresh", mc.SRVRefresh, "how often to look --memcache-srv up again (0: once)")
+	durationVar(fs, &mc.SRVRefresh, "memcache-srv-refresh", mc.SRVRefresh, "how often to look --memcache-srv up again (0: once)")
 	fs.IntVar(&mc.MaxIdleConns, "memcache-max-idle-conns", mc.MaxIdleConns, "idle connections kept per memcached server")
-	fs.DurationVar(&mc.Timeout, "memcache-timeout", mc.Timeout, "bound on each memcached round trip and store call")
+	durationVar(fs, &mc.Timeout, "memcache-timeout", mc.Timeout, "bound on each memcached round trip and store call")
 	fs.StringVar(&mc.KeyPrefix, "memcache-key-prefix", mc.KeyPrefix, "prefix of every memcached key")
-	fs.DurationVar(&mc.Jitter, "memcache-expiration-jitter", mc.Jitter, "add a random 0 to this much (whole seconds) to each window's expiry")
+	durationVar(fs, &mc.Jitter, "memcache-expiration-jitter", mc.Jitter, "add a random 0 to this much (whole seconds) to each window's expiry")
 	fs.BoolVar(&mc.TLS, "memcache-tls", mc.TLS, "connect to memcached over TLS")
 	fs.StringVar(&mc.TLSCA, "memcache-tls-ca", mc.TLSCA, "CA file for the memcached server certificates")
 	fs.StringVar(&mc.TLSCert, "memcache-tls-cert", mc.TLSCert, "client certificate file for memcached")
@@ -590,4 +590,34 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// durationFlag is a time.Duration flag whose parse errors say what a
+// duration looks like, where the flag package's own says only "parse
+// error".
+type durationFlag struct{ p *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.p == nil {
+		return "0s"
+	}
+	return f.p.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: write a number with a unit, such as 100ms, 2s or 1m30s", s)
+	}
+	*f.p = d
+	return nil
+}
+
+// durationVar defines a duration flag as fs.DurationVar does, with
+// durationFlag's errors.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	// The backquoted word names the value in -help, as "duration" for
+	// fs.DurationVar's flags.
+	fs.Var(durationFlag{p}, name, usage+" (a `duration` such as 250ms or 1m)")
 }
