@@ -34,6 +34,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/store"
 )
 
@@ -288,8 +289,8 @@ func duplicate(before []Transaction, t *Transaction, i int) error {
 		}
 		msg := fmt.Sprintf("duplicate bucket: transactions %d and %d are both for bucket %s; a batch may name each bucket once", j, i, t.Key)
 		if t.Name != "" {
-			msg = fmt.Sprintf("duplicate bucket: transactions %d and %d (%s %q and %q) are both for bucket %s; a batch may name each bucket once",
-				j, i, t.Name, before[j].ID, t.ID, t.Key)
+			msg = fmt.Sprintf("duplicate bucket: transactions %d and %d (%s %s and %s) are both for bucket %s; a batch may name each bucket once",
+				j, i, t.Name, limits.Quote(before[j].ID), limits.Quote(t.ID), t.Key)
 		}
 		return &Error{Kind: Invalid, Field: fmt.Sprintf("transactions[%d].id", i), Msg: msg, Err: ErrDuplicateBucket}
 	}
@@ -305,7 +306,7 @@ func describe(t *Transaction) string {
 	case t.ID == "":
 		return t.Name
 	}
-	return fmt.Sprintf("%s %q", t.Name, t.ID)
+	return t.Name + " " + limits.Quote(t.ID)
 }
 
 // Batch applies txns all-or-nothing and returns the batch's decision and one
