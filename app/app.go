@@ -335,10 +335,14 @@ func (a *App) Start() error {
 	if !a.opts.HTTPTLS {
 		tlsConfig = nil // TLS on gRPC only
 	}
-	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
+	// net/http's own complaints (TLS handshakes, bad requests) go through
+	// the service's logger, so --log-format json stays JSON.
+	httpLog := slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
+	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ErrorLog: httpLog}
 	a.debugServer = &http.Server{
 		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
 		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          httpLog,
 	}
 
 	if err := a.startXDS(); err != nil {

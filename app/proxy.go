@@ -167,8 +167,10 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 	return &Proxy{
 		log:     log,
 		limiter: l,
-		server:  &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second},
-		debug:   &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second},
+		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		closeFn: closeFn,
 	}, nil
 }
