@@ -322,3 +322,18 @@ func TestQueryDocCommands(t *testing.T) {
 		t.Errorf("found %d sluice query commands in the README and docs/envoy.md, want at least 2", seen)
 	}
 }
+
+func TestQueryHelp(t *testing.T) {
+	code, out, errOut := runCmd("query", "--help")
+	if code != 0 {
+		t.Fatalf("got exit %d, want 0", code)
+	}
+	for _, w := range []string{"usage: sluice query", "Exit status: 0 OK, 3 OVER_LIMIT, 1 error", "-tls-ca", "-json"} {
+		if !strings.Contains(out+errOut, w) {
+			t.Errorf("help %q lacks %q", out+errOut, w)
+		}
+	}
+	if _, out, _ := runCmd("help"); !strings.Contains(out, "query ") {
+		t.Errorf("sluice help %q does not list query", out)
+	}
+}
