@@ -78,6 +78,9 @@ func query(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() == 0 {
 		return fail("no descriptor: give at least one key=value[,key=value...] argument")
 	}
+	if *timeout <= 0 {
+		return fail("--timeout %s: must be more than 0", *timeout)
+	}
 	if *hits > math.MaxUint32 {
 		return fail("--hits-addend %d is too large, must be at most %d", *hits, uint32(math.MaxUint32))
 	}

@@ -158,6 +158,8 @@ func TestQueryErrors(t *testing.T) {
 			args: []string{"--domain", "d", "--limit", "10/fortnight", "user=ann"}, wantErr: []string{`--limit "10/fortnight"`, `unit "fortnight"`}},
 		{name: "a --limit without a unit is refused",
 			args: []string{"--domain", "d", "--limit", "10", "user=ann"}, wantErr: []string{"want N/UNIT"}},
+		{name: "a timeout of 0 is refused",
+			args: []string{"--domain", "d", "--timeout", "0s", "user=ann"}, wantErr: []string{"--timeout 0s: must be more than 0"}},
 		{name: "an unknown flag is an error",
 			args: []string{"--frobnicate"}, wantErr: []string{"frobnicate"}},
 		{name: "a client certificate needs its key",
