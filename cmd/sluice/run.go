@@ -16,6 +16,7 @@ commands:
   proxy     run the adaptive reverse proxy
   check     validate configuration files
   bench     measure decisions per second
+  query     ask a rate limit service once and print its answer
   version   print the version
 `
 
@@ -34,6 +35,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return proxy(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "query":
+		return query(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
