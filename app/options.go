@@ -258,6 +258,20 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	o := Defaults()
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: sluice serve [flags]
+
+Runs the rate limit service. Every flag also reads an environment variable,
+SLUICE_ and its name in capitals (--grpc-addr: SLUICE_GRPC_ADDR), and the
+service reads envoyproxy/ratelimit's variables too (REDIS_URL, RUNTIME_ROOT,
+...); a flag wins over its SLUICE_ variable, which wins over
+envoyproxy/ratelimit's. docs/configuration.md lists them all; docs/envoy.md
+has envoyproxy/ratelimit's.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.ConfigPath, "config", o.ConfigPath, "descriptor config file or directory of *.yaml domain files")
 
 	fs.StringVar(&o.RuntimeRoot, "runtime-root", o.RuntimeRoot, "goruntime layout root (often a symlink); descriptor files are in root/subdirectory/appdirectory (instead of --config)")
