@@ -148,21 +148,23 @@ func New(o Options, deps Deps) (*App, error) {
 	a.store = st
 	a.limiter = limiter.New(st, clk)
 	a.rls = server.NewRLS(server.RLSOptions{
-		Limiter:          a.limiter,
-		Clock:            clk,
-		Metrics:          server.NewMetrics(a.registry),
-		NearLimitRatio:   o.NearLimitRatio,
-		GlobalShadowMode: o.GlobalShadowMode,
-		GlobalQuotaMode:  o.GlobalQuotaMode,
-		ResponseHeaders:  o.ResponseHeaders,
-		LimitHeader:      o.ResponseHeaderLimit,
-		RemainingHeader:  o.ResponseHeaderRemaining,
-		ResetHeader:      o.ResponseHeaderReset,
-		DynamicMetadata:  o.ResponseDynamicMetadata,
-		Logger:           log,
-		MaxDescriptors:   o.MaxDescriptors,
-		MaxEntries:       o.MaxDescriptorEntries,
-		MaxEntryBytes:    o.MaxDescriptorEntryBytes,
+		Limiter:             a.limiter,
+		Clock:               clk,
+		Metrics:             server.NewMetrics(a.registry),
+		NearLimitRatio:      o.NearLimitRatio,
+		GlobalShadowMode:    o.GlobalShadowMode,
+		GlobalQuotaMode:     o.GlobalQuotaMode,
+		ResponseHeaders:     o.ResponseHeaders,
+		LimitHeader:         o.ResponseHeaderLimit,
+		RemainingHeader:     o.ResponseHeaderRemaining,
+		ResetHeader:         o.ResponseHeaderReset,
+		DynamicMetadata:     o.ResponseDynamicMetadata,
+		Logger:              log,
+		MaxDescriptors:      o.MaxDescriptors,
+		IgnoreRequestLimits: !o.RequestLimits,
+		IgnoreNegativeHits:  !o.NegativeHits,
+		MaxEntries:          o.MaxDescriptorEntries,
+		MaxEntryBytes:       o.MaxDescriptorEntryBytes,
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()
@@ -367,7 +369,8 @@ func (a *App) Start() error {
 		a.log.Warn("config files will not be watched; reload with SIGHUP", "err", err)
 	}
 	a.stopWatch = stop
-	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "store", a.opts.Store)
+	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "store", a.opts.Store,
+		"request_limits", a.opts.RequestLimits, "negative_hits", a.opts.NegativeHits)
 	return nil
 }
 

@@ -67,3 +67,41 @@ func TestCapFlagsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// With --request-limits=false and --negative-hits=false a caller cannot
+// change its own counting (issue 17, item 6).
+func TestRequestLimitsAndNegativeHitsCanBeTurnedOff(t *testing.T) {
+	override := func(key, value string) *rlcommon.RateLimitDescriptor {
+		d := desc(key, value)
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: 3}
+		return d
+	}
+	negative := func(key, value string) *rlcommon.RateLimitDescriptor {
+		d := desc(key, value)
+		d.IsNegativeHits = true
+		return d
+	}
+	for _, tc := range []struct {
+		name      string
+		off       bool
+		wantLimit uint32 // current_limit of a descriptor carrying its own limit
+		wantCount string // overall code after hit, give back, hit on a limit of 1
+	}{
+		{name: "honoured by default", wantLimit: 1000, wantCount: "OK"},
+		{name: "ignored when turned off", off: true, wantLimit: 1, wantCount: "OVER_LIMIT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) {
+				o.RequestLimits, o.NegativeHits = !tc.off, !tc.off
+			})
+			if got := ta.ask(t, "conf", override("plain", "o")).Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); got != tc.wantLimit {
+				t.Errorf("a request's own limit: got current_limit %d, want %d", got, tc.wantLimit)
+			}
+			ta.ask(t, "conf", desc("plain", "n"))
+			ta.ask(t, "conf", negative("plain", "n"))
+			if got := ta.ask(t, "conf", desc("plain", "n")).OverallCode.String(); got != tc.wantCount {
+				t.Errorf("hit, negative hit, hit on a limit of 1: got %s, want %s", got, tc.wantCount)
+			}
+		})
+	}
+}

@@ -113,6 +113,11 @@ type Options struct {
 	// entries (default 64), an entry key's or value's length (default
 	// 4096 bytes). A request past one is refused before any store work.
 	MaxDescriptors, MaxDescriptorEntries, MaxDescriptorEntryBytes int
+	// RequestLimits (default true) honours a limit an Envoy request
+	// carries for a descriptor; NegativeHits (default true) honours
+	// is_negative_hits. Either lets a caller who reaches the port change
+	// its own counting: turn them off where callers are not trusted.
+	RequestLimits, NegativeHits bool
 
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
@@ -221,6 +226,8 @@ func Defaults() Options {
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
 
+		RequestLimits:           true,
+		NegativeHits:            true,
 		MaxDescriptors:          1000,
 		MaxDescriptorEntries:    64,
 		MaxDescriptorEntryBytes: 4096,
@@ -305,6 +312,8 @@ flags:
 	durationVar(fs, &o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
 	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
+	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
+	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
 	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, in bytes")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")

@@ -64,6 +64,13 @@ type RLSOptions struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// Logger for request errors; default slog.Default().
 	Logger *slog.Logger
+	// IgnoreRequestLimits counts every descriptor against the configured
+	// rules, ignoring a limit the request carries (a caller could raise
+	// its own limit with one). IgnoreNegativeHits counts is_negative_hits
+	// descriptors as hits, as envoyproxy/ratelimit does, rather than
+	// giving hits back (a caller could empty its own counter). Both
+	// default to false: the request's fields are honoured.
+	IgnoreRequestLimits, IgnoreNegativeHits bool
 	// Caps on a request, checked before any store work; a request past
 	// one is InvalidArgument naming it. MaxDescriptors bounds the
 	// descriptors of a request (default 1000), MaxEntries the entries of a
@@ -219,11 +226,11 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			return nil, invalidRequest(fmt.Sprintf("descriptors[%d].hits_addend", i),
 				"descriptor %d: hits_addend %d is too large, must be at most %d", i, c.hits, int64(math.MaxInt64))
 		}
-		c.negative = d.GetIsNegativeHits()
+		c.negative = d.GetIsNegativeHits() && !s.opts.IgnoreNegativeHits
 		if !known {
 			continue
 		}
-		if o := d.GetLimit(); o != nil {
+		if o := d.GetLimit(); o != nil && !s.opts.IgnoreRequestLimits {
 			// A request's own limit replaces the configured one, as in
 			// envoyproxy/ratelimit, for a known domain.
 			r, err := descriptors.Override(domain, c.entries, int32(o.GetUnit()), o.GetRequestsPerUnit(), o.GetUnitMultiplier().GetValue(), o.GetUnitMultiplier() != nil)
