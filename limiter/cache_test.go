@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -337,4 +338,65 @@ func TestLocalCacheEvictionOnlyCostsAStoreCall(t *testing.T) {
 	if got := cs.ops.Load() - before; got != int64(evicted) || evicted == 0 || evicted == keys {
 		t.Fatalf("got %d store operations for %d evicted keys of %d, want as many, and some but not all evicted", got, evicted, keys)
 	}
+}
+
+func TestStopIncrementWhenOverLimitOnRedis(t *testing.T) {
+	t.Parallel()
+	onePerHour := limiter.Window{Limit: 1, Length: time.Hour}
+	tenPerHour := limiter.Window{Limit: 10, Length: time.Hour}
+	strict := limiter.Transaction{Key: "d_strict_", Window: onePerHour, Cost: 1}
+	loose := limiter.Transaction{Key: "d_loose_", Window: tenPerHour, Cost: 1}
+	for _, tt := range []struct {
+		name  string
+		opts  limiter.Options
+		envoy bool
+		// The loose counter after each of three requests of both
+		// descriptors, and whether the third is answered from the cache.
+		wantLoose  [3]string
+		wantCached bool
+	}{
+		{name: "off, every descriptor is counted", wantLoose: [3]string{"1", "2", "3"}},
+		{name: "on, the others are not counted when one would go over", opts: limiter.Options{StopIncrementWhenOverLimit: true}, wantLoose: [3]string{"1", "1", "1"}},
+		{name: "on with envoyproxy/ratelimit's commands too", opts: limiter.Options{StopIncrementWhenOverLimit: true}, envoy: true, wantLoose: [3]string{"1", "1", "1"}},
+		{name: "on, the others are not counted when one is in the local cache", opts: limiter.Options{StopIncrementWhenOverLimit: true, LocalCacheBytes: 1 << 20}, wantLoose: [3]string{"1", "1", "1"}, wantCached: true},
+		{name: "off with the local cache, the others are counted", opts: limiter.Options{LocalCacheBytes: 1 << 20}, wantLoose: [3]string{"1", "2", "3"}, wantCached: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartSingle(t)
+			s, err := redis.New(context.Background(), redis.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, EnvoyCompatible: tt.envoy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			clk := clock.NewFake(storetest.Base())
+			l := limiter.NewWithOptions(s, clk, tt.opts)
+			suffix := strconv.FormatInt(clk.Now().Unix(), 10)
+			for i, want := range tt.wantLoose {
+				got := count(t, l, strict, loose)
+				if got[0].Allowed != (i == 0) || !got[1].Allowed {
+					t.Fatalf("request %d: got %+v, want the strict descriptor over after the first, the loose one allowed", i+1, got)
+				}
+				if i == 2 && got[0].Cached != tt.wantCached {
+					t.Errorf("request 3: got cached %t, want %t", got[0].Cached, tt.wantCached)
+				}
+				if n := srv.MustDo("GET", loose.Key+suffix); n != want {
+					t.Errorf("request %d: got the loose counter at %v, want %s", i+1, n, want)
+				}
+				if got[1].Remaining != 10-mustInt(t, srv.MustDo("GET", loose.Key+suffix)) {
+					t.Errorf("request %d: got %d remaining for the loose descriptor, want the limit less its counter", i+1, got[1].Remaining)
+				}
+			}
+		})
+	}
+}
+
+func mustInt(t *testing.T, v any) int64 {
+	t.Helper()
+	s, _ := v.(string)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("got %v, want an integer", v)
+	}
+	return n
 }
