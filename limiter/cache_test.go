@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/store/memcache"
+	"github.com/sluice-rl/sluice/store/memcache/memcachetest"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
@@ -37,25 +40,63 @@ func dataCommands(calls map[string]int64) int64 {
 	return n
 }
 
-func TestLocalCacheSparesRedisUntilTheWindowEnds(t *testing.T) {
+// memcachedCommands sums memcached's counters of the commands that touch
+// keys (get, gets, set, add, cas, touch, incr, decr, delete).
+func memcachedCommands(t *testing.T, srv *memcachetest.Server) int64 {
+	t.Helper()
+	lines, err := srv.Do("stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "STAT" {
+			continue
+		}
+		switch f[1] {
+		case "cmd_get", "cmd_set", "cmd_touch", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "delete_hits", "delete_misses":
+			v, _ := strconv.ParseInt(f[2], 10, 64)
+			n += v
+		}
+	}
+	return n
+}
+
+func TestLocalCacheSparesTheStoreUntilTheWindowEnds(t *testing.T) {
 	t.Parallel()
 	threePerMinute := limiter.Window{Limit: 3, Length: time.Minute}
-	for _, tt := range []struct {
-		name  string
-		envoy bool
-		txn   limiter.Transaction
-	}{
-		{name: "a fixed window counted by the script", txn: limiter.Transaction{Key: "domain_key_value_", Window: threePerMinute, Cost: 1}},
-		{name: "a fixed window counted with envoyproxy/ratelimit's commands", envoy: true, txn: limiter.Transaction{Key: "domain_key_value_", Window: threePerMinute, Cost: 1}},
-		{name: "a GCRA bucket", txn: limiter.Transaction{Key: "g", Limit: gcra.Limit{Burst: 3, Count: 1, Period: time.Minute}, Cost: 1}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
+	onRedis := func(envoy bool) func(t *testing.T) (store.Store, func() int64) {
+		return func(t *testing.T) (store.Store, func() int64) {
 			srv := redistest.StartSingle(t)
-			s, err := redis.New(context.Background(), redis.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, EnvoyCompatible: tt.envoy})
+			s, err := redis.New(context.Background(), redis.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, EnvoyCompatible: envoy})
 			if err != nil {
 				t.Fatal(err)
 			}
+			return s, func() int64 { return dataCommands(srv.CommandCalls()) }
+		}
+	}
+	onMemcached := func(t *testing.T) (store.Store, func() int64) {
+		srv := memcachetest.Start(t)
+		s, err := memcache.New(context.Background(), memcache.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, func() int64 { return memcachedCommands(t, srv) }
+	}
+	for _, tt := range []struct {
+		name     string
+		newStore func(t *testing.T) (store.Store, func() int64)
+		txn      limiter.Transaction
+	}{
+		{name: "a fixed window counted by the Redis script", newStore: onRedis(false), txn: limiter.Transaction{Key: "domain_key_value_", Window: threePerMinute, Cost: 1}},
+		{name: "a fixed window counted with envoyproxy/ratelimit's Redis commands", newStore: onRedis(true), txn: limiter.Transaction{Key: "domain_key_value_", Window: threePerMinute, Cost: 1}},
+		{name: "a GCRA bucket on Redis", newStore: onRedis(false), txn: limiter.Transaction{Key: "g", Limit: gcra.Limit{Burst: 3, Count: 1, Period: time.Minute}, Cost: 1}},
+		{name: "a fixed window on memcached", newStore: onMemcached, txn: limiter.Transaction{Key: "domain_key_value_", Window: threePerMinute, Cost: 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, commands := tt.newStore(t)
 			t.Cleanup(func() { _ = s.Close() })
 			clk := clock.NewFake(storetest.Base())
 			l := limiter.NewWithOptions(s, clk, withCache)
@@ -68,7 +109,7 @@ func TestLocalCacheSparesRedisUntilTheWindowEnds(t *testing.T) {
 			if first.Allowed || first.Cached || first.RetryIn <= 0 {
 				t.Fatalf("first over-limit hit: got %+v, want denied by the store", first)
 			}
-			before := dataCommands(srv.CommandCalls())
+			before := commands()
 
 			// A flood, from several goroutines, while the clock moves on
 			// but stays inside the window (or before the retry time).
@@ -93,8 +134,8 @@ func TestLocalCacheSparesRedisUntilTheWindowEnds(t *testing.T) {
 			if n := wrong.Load(); n != 0 {
 				t.Errorf("flood: got %d answers that were not denied from the cache, want 0", n)
 			}
-			if got := dataCommands(srv.CommandCalls()) - before; got != 0 {
-				t.Errorf("flood: got %d Redis commands, want 0", got)
+			if got := commands() - before; got != 0 {
+				t.Errorf("flood: got %d store commands, want 0", got)
 			}
 			d := count(t, l, tt.txn)[0]
 			wantRetry := first.RetryIn - time.Duration(workers*each)*step
@@ -110,12 +151,12 @@ func TestLocalCacheSparesRedisUntilTheWindowEnds(t *testing.T) {
 			// When the window ends (the retry time comes), Redis is asked
 			// again, and the hit goes through.
 			clk.Advance(first.RetryIn - time.Duration(workers*each)*step)
-			before = dataCommands(srv.CommandCalls())
+			before = commands()
 			if d := count(t, l, tt.txn)[0]; !d.Allowed || d.Cached {
 				t.Errorf("at the retry time: got %+v, want allowed by the store", d)
 			}
-			if got := dataCommands(srv.CommandCalls()) - before; got == 0 {
-				t.Errorf("at the retry time: got no Redis command, want the store asked")
+			if got := commands() - before; got == 0 {
+				t.Errorf("at the retry time: got no store command, want the store asked")
 			}
 		})
 	}
