@@ -22,11 +22,15 @@ type Options struct {
 	// cache of Count (envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES):
 	// a bucket found over its limit is answered over the limit from
 	// memory, with no store round trip, until its fixed window ends (a
-	// GCRA bucket: until the same request would be allowed), its decision
-	// marked Cached. The cache holds at most this many bytes, keys and
-	// entries included (at least 512 KiB: a smaller size is rounded up);
-	// when full, the oldest entries make room, and a bucket no longer in
-	// it is simply asked of the store again. Zero or less: off, the
+	// GCRA bucket: for as long as the store would deny the same cost),
+	// its decision marked Cached. Meanwhile a cached window's counter is
+	// not incremented, as envoyproxy/ratelimit's is not; a cached
+	// decision's Count is the count last seen plus its hits. A refund of
+	// a bucket makes the cache forget it. The cache takes this many bytes
+	// once, in entries of 64 bytes (at least one), whatever the number of
+	// keys; when full, a new entry replaces one that has ended, else the
+	// one ending soonest of the 8 it may take, and a bucket no longer in
+	// the cache is simply asked of the store again. Zero or less: off, the
 	// default, and no lookups at all.
 	LocalCacheBytes int
 	// StopIncrementWhenOverLimit (envoyproxy/ratelimit's
@@ -266,17 +270,17 @@ func (l *Limiter) countLocal(ctx context.Context, sc *Scratch, at time.Time, txn
 		return nil
 	}
 	sc.results = sized(sc.results, len(ops))
-	if l.stopIncrement {
-		if err := l.stopOverLimit(ctx, sc, at, cached); err != nil {
-			return storeError("", err)
-		}
-	}
-	if err := l.do(ctx, at, ops, sc.results); err != nil {
-		return storeError("", err)
-	}
 	// A bucket named twice may change after the decision of its first
 	// transaction: nothing of such a request is remembered.
 	_, _, dup := store.Duplicate(ops)
+	if l.stopIncrement {
+		if err := l.stopOverLimit(ctx, sc, at, cached, dup); err != nil {
+			return storeError("", err)
+		}
+	}
+	if err := l.do(ctx, at, ops, sc.results, dup); err != nil {
+		return storeError("", err)
+	}
 	refunded := false
 	for k, i := range idx {
 		out[i] = decision(&sc.results[k], i)
@@ -312,7 +316,7 @@ func (l *Limiter) countLocal(ctx context.Context, sc *Scratch, at time.Time, txn
 // limit from the cache), else, when two or more are counted, the ones that
 // would not go over their limit when some other would (found with a first
 // round trip of peeks).
-func (l *Limiter) stopOverLimit(ctx context.Context, sc *Scratch, at time.Time, cached bool) error {
+func (l *Limiter) stopOverLimit(ctx context.Context, sc *Scratch, at time.Time, cached, dup bool) error {
 	ops := sc.ops
 	spends := 0
 	for k := range ops {
@@ -329,7 +333,7 @@ func (l *Limiter) stopOverLimit(ctx context.Context, sc *Scratch, at time.Time, 
 			pre[k].Kind = CheckOnly
 		}
 		sc.pre = pre
-		if err := l.do(ctx, at, pre, sc.results); err != nil {
+		if err := l.do(ctx, at, pre, sc.results, dup); err != nil {
 			return err
 		}
 		over := false
@@ -358,9 +362,9 @@ func (l *Limiter) stopOverLimit(ctx context.Context, sc *Scratch, at time.Time, 
 // would go over its limit.
 const spendOver Kind = 255
 
-// do applies ops at at, in rounds when some name one bucket.
-func (l *Limiter) do(ctx context.Context, at time.Time, ops []store.Op, results []store.Result) error {
-	if _, _, dup := store.Duplicate(ops); dup {
+// do applies ops at at, in rounds when some name one bucket (dup).
+func (l *Limiter) do(ctx context.Context, at time.Time, ops []store.Op, results []store.Result, dup bool) error {
+	if dup {
 		return l.rounds(ctx, at, ops, results)
 	}
 	return l.store.Do(ctx, at, store.Batch{Ops: ops}, results)
