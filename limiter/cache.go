@@ -118,8 +118,8 @@ func (c *overLimitCache) lookup(t *Transaction, at time.Time) (Decision, bool) {
 		if e.h1 != h1 || e.h2 != h2 || e.alg == 0 {
 			continue
 		}
-		d, ok := e.decide(t, at)
-		if !ok {
+		d, ok, stale := e.decide(t, at)
+		if stale {
 			*e = slot{}
 		}
 		return d, ok
@@ -127,15 +127,17 @@ func (c *overLimitCache) lookup(t *Transaction, at time.Time) (Decision, bool) {
 	return Decision{}, false
 }
 
-// decide is lookup's answer from e, t's entry.
-func (e *slot) decide(t *Transaction, at time.Time) (Decision, bool) {
+// decide is lookup's answer from e, t's entry, and whether the entry is
+// to be dropped: it has ended, or t is to go to the store and may change
+// the bucket.
+func (e *slot) decide(t *Transaction, at time.Time) (d Decision, ok, stale bool) {
 	now := at.UnixNano()
 	if now < e.from || now >= e.until {
-		return Decision{}, false
+		return Decision{}, false, now >= e.until
 	}
 	if t.Window.Length != 0 {
 		if e.alg != 'w' || t.Window.Limit != e.a || int64(t.Window.Length) != e.b {
-			return Decision{}, false
+			return Decision{}, false, true
 		}
 		// The window's count is over its limit: any hit, and any peek,
 		// is over until the window ends. Count is the count last seen,
@@ -147,20 +149,20 @@ func (e *slot) decide(t *Transaction, at time.Time) (Decision, bool) {
 			x += min(t.Cost, math.MaxInt64-x)
 		}
 		left := window.ResetIn(at, e.b/int64(time.Second)) // whole seconds, as the store says
-		return Decision{Remaining: 0, RetryIn: left, ResetIn: left, Count: x, Cached: true}, true
+		return Decision{Remaining: 0, RetryIn: left, ResetIn: left, Count: x, Cached: true}, true, false
 	}
 	if e.alg != 'g' || t.Limit != (gcra.Limit{Burst: e.a, Count: e.b, Period: time.Duration(e.x)}) {
-		return Decision{}, false
+		return Decision{}, false, true
 	}
 	// The bucket's TAT is until, unless another caller has spent since,
 	// which only makes the answer stricter than the store's: decide as
 	// the store would on that TAT. When that allows, the transaction goes
-	// to the store, which may move the TAT: the entry is dropped.
+	// to the store; a spend there moves the TAT, so the entry is dropped.
 	g := t.Limit.Params().Spend(now, e.until, t.Cost)
 	if g.Allowed {
-		return Decision{}, false
+		return Decision{}, false, t.Kind == CheckAndSpend && t.Cost > 0
 	}
-	return Decision{Remaining: g.Remaining, RetryIn: time.Duration(g.RetryIn), ResetIn: time.Duration(g.ResetIn), Cached: true}, true
+	return Decision{Remaining: g.Remaining, RetryIn: time.Duration(g.RetryIn), ResetIn: time.Duration(g.ResetIn), Cached: true}, true, false
 }
 
 // remember stores the denied decision d of t, made at at, when it means

@@ -313,6 +313,26 @@ func TestLocalCacheRules(t *testing.T) {
 			t.Fatalf("after the reset: got %+v, want allowed by the store", d)
 		}
 	})
+	t.Run("a GCRA peek that fits asks the store and keeps the entry", func(t *testing.T) {
+		l, cs, _ := setup(t)
+		g := limiter.Transaction{Key: "g", Limit: gcra.Limit{Burst: 2, Count: 1, Period: time.Hour}, Cost: 2}
+		count(t, l, g)
+		if d := count(t, l, g)[0]; d.Allowed || d.Cached {
+			t.Fatalf("second spend: got %+v, want denied by the store", d)
+		}
+		peek := g
+		peek.Kind, peek.Cost = limiter.CheckOnly, 0
+		before := cs.ops.Load()
+		if d := count(t, l, peek)[0]; !d.Allowed || d.Cached {
+			t.Fatalf("peek: got %+v, want allowed by the store", d)
+		}
+		if d := count(t, l, g)[0]; d.Allowed || !d.Cached {
+			t.Fatalf("spend after the peek: got %+v, want denied from the cache", d)
+		}
+		if n := cs.ops.Load() - before; n != 1 {
+			t.Fatalf("got %d store operations, want 1 (the peek)", n)
+		}
+	})
 	t.Run("a request mixing cached and other buckets sends only the others", func(t *testing.T) {
 		l, cs, _ := setup(t)
 		count(t, l, win(4, 0))

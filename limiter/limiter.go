@@ -136,7 +136,9 @@ type Decision struct {
 	// transaction.
 	Count int64
 	// Cached reports a decision answered from the limiter's local
-	// over-limit cache, without a store round trip (always denied).
+	// over-limit cache, without a store round trip (always denied; see
+	// Options.LocalCacheBytes). A cached window's Count is the count last
+	// seen plus the transaction's hits.
 	Cached bool
 	// Index is the transaction of the batch this decision came from, or -1
 	// when no checked transaction applied a limit.
