@@ -146,7 +146,10 @@ func New(o Options, deps Deps) (*App, error) {
 		}
 	}
 	a.store = st
-	a.limiter = limiter.New(st, clk)
+	a.limiter = limiter.NewWithOptions(st, clk, limiter.Options{
+		LocalCacheBytes:            o.LocalCacheSize,
+		StopIncrementWhenOverLimit: o.StopCacheKeyIncrementWhenOverLimit,
+	})
 	a.rls = server.NewRLS(server.RLSOptions{
 		Limiter:             a.limiter,
 		Clock:               clk,

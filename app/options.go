@@ -152,6 +152,18 @@ type Options struct {
 	ConfigType string
 	// XDS configures the xDS client used with ConfigType GRPC_XDS_SOTW.
 	XDS XDSOptions
+	// LocalCacheSize, in bytes, turns on the local over-limit cache of the
+	// Envoy service when above zero (--local-cache-size,
+	// envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES): a descriptor
+	// found over its limit is answered over the limit from memory, with no
+	// store round trip, until its window ends (see limiter.Options).
+	// Default 0: off. At most 1 TiB.
+	LocalCacheSize int
+	// StopCacheKeyIncrementWhenOverLimit (--stop-cache-key-increment-when-overlimit,
+	// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT):
+	// when one descriptor of a request is over its limit, the others are
+	// not counted. Default false.
+	StopCacheKeyIncrementWhenOverLimit bool
 	// EnvoyEnvUnsupported lists the envoyproxy/ratelimit environment
 	// variables that were set but change nothing in Sluice (see
 	// docs/envoy.md); the service warns about them once at startup.
@@ -175,6 +187,12 @@ type RedisOptions struct {
 	Clock        string        // --redis-clock local (default) or server
 	EnvoyKeys    bool          // --redis-envoy-keys (default true): fixed windows counted with envoyproxy/ratelimit's commands and keys
 	SocketType   string        // --redis-socket-type tcp (default) or unix: Addrs is then one socket path
+
+	// ExpirationJitter (--redis-expiration-jitter, default 0, at most 24h)
+	// adds a random 0 to this much (whole seconds) to each fixed-window
+	// key's TTL, as envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS.
+	// The per-second Redis uses the main one's.
+	ExpirationJitter time.Duration
 
 	TLSSkipHostname bool          // --redis-tls-skip-hostname-verification: verify the chain, not the name
 	MaxFlushDelay   time.Duration // --redis-max-flush-delay: how long a connection may gather pipelined commands; default 0
@@ -336,6 +354,11 @@ flags:
 	fs.StringVar(&o.XDS.ClientTLSKey, "xds-client-tls-key", o.XDS.ClientTLSKey, "client key file for the xDS server")
 	fs.StringVar(&o.XDS.ServerTLSCACert, "xds-server-tls-cacert", o.XDS.ServerTLSCACert, "CA file for the xDS server certificate (default: the system's)")
 	fs.StringVar(&o.XDS.ServerTLSSAN, "xds-server-tls-san", o.XDS.ServerTLSSAN, "name to verify in the xDS server certificate (default: the host of --xds-server-url)")
+
+	// envoyproxy/ratelimit's local cache and its companions.
+	fs.IntVar(&o.LocalCacheSize, "local-cache-size", o.LocalCacheSize, "bytes of memory for remembering Envoy descriptors over their limit, answered without a store round trip until their window ends (0: off)")
+	fs.BoolVar(&o.StopCacheKeyIncrementWhenOverLimit, "stop-cache-key-increment-when-overlimit", o.StopCacheKeyIncrementWhenOverLimit, "when one descriptor of a request is over its limit, do not count the others")
+	fs.DurationVar(&o.Redis.ExpirationJitter, "redis-expiration-jitter", o.Redis.ExpirationJitter, "add a random 0 to this much (whole seconds) to each Redis window key's TTL")
 
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.
@@ -597,6 +620,12 @@ func (o *Options) Validate() error {
 		if mc.Jitter < 0 {
 			bad("memcache-expiration-jitter", "%s is negative", mc.Jitter)
 		}
+	}
+	if o.LocalCacheSize < 0 || o.LocalCacheSize > 1<<40 {
+		bad("local-cache-size", "%d is outside [0, 1099511627776] bytes", o.LocalCacheSize)
+	}
+	if j := o.Redis.ExpirationJitter; j < 0 || j > 24*time.Hour {
+		bad("redis-expiration-jitter", "%s is outside [0, 24h]", j)
 	}
 	return errors.Join(errs...)
 }

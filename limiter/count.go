@@ -88,6 +88,9 @@ func (l *Limiter) count(ctx context.Context, sc *Scratch, at time.Time, txns []T
 			return At(err, "transactions", "transaction", i)
 		}
 	}
+	if l.cache != nil || l.stopIncrement {
+		return l.countLocal(ctx, sc, at, txns, out)
+	}
 	if ops := sc.load(txns); len(ops) > 0 {
 		var err error
 		if _, _, dup := store.Duplicate(ops); dup {

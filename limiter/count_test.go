@@ -213,13 +213,13 @@ func (downStore) Do(context.Context, time.Time, store.Batch, []store.Result) err
 func (downStore) Ping(context.Context) error { return store.ErrUnavailable }
 func (downStore) Close() error               { return nil }
 
-// countingStore counts the store calls and the largest batch.
-type countingStore struct {
+// callCountingStore counts the store calls and the largest batch.
+type callCountingStore struct {
 	store.Store
 	calls, largest int
 }
 
-func (c *countingStore) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
+func (c *callCountingStore) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	c.calls++
 	c.largest = max(c.largest, len(b.Ops))
 	return c.Store.Do(ctx, now, b, out)
@@ -227,7 +227,7 @@ func (c *countingStore) Do(ctx context.Context, now time.Time, b store.Batch, ou
 
 func TestCountSplitsLargeRequestsIntoBoundedStoreCalls(t *testing.T) {
 	t.Parallel()
-	cs := &countingStore{Store: memory.New(memory.Options{})}
+	cs := &callCountingStore{Store: memory.New(memory.Options{})}
 	l := limiter.New(cs, clock.NewFake(storetest.Base()))
 	n := 2*limiter.MaxOpsPerCall + 10
 	txns := make([]limiter.Transaction, n)
