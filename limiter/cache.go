@@ -369,5 +369,5 @@ func (l *Limiter) do(ctx context.Context, at time.Time, ops []store.Op, results 
 	if dup {
 		return l.rounds(ctx, at, ops, results)
 	}
-	return l.store.Do(ctx, at, store.Batch{Ops: ops}, results)
+	return l.chunked(ctx, at, ops, results)
 }

@@ -92,13 +92,8 @@ func (l *Limiter) count(ctx context.Context, sc *Scratch, at time.Time, txns []T
 		return l.countLocal(ctx, sc, at, txns, out)
 	}
 	if ops := sc.load(txns); len(ops) > 0 {
-		var err error
-		if _, _, dup := store.Duplicate(ops); dup {
-			err = l.rounds(ctx, at, ops, sc.results)
-		} else {
-			err = l.chunked(ctx, at, ops, sc.results)
-		}
-		if err != nil {
+		_, _, dup := store.Duplicate(ops)
+		if err := l.do(ctx, at, ops, sc.results, dup); err != nil {
 			return storeError("", err)
 		}
 	}
