@@ -28,6 +28,9 @@ var _ store.Store = (*tracedStore)(nil)
 
 func (s *tracedStore) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	ctx, span := s.t.StartStore(ctx, s.backend, len(b.Ops))
+	if span == nil { // the caller's span was sampled out
+		return s.Store.Do(ctx, now, b, out)
+	}
 	err := s.Store.Do(ctx, now, b, out)
 	tracing.End(span, err)
 	return err

@@ -93,7 +93,7 @@ type statusRecorder struct {
 }
 
 func (w *statusRecorder) WriteHeader(code int) {
-	if !w.wroteHeader {
+	if !w.wroteHeader && w.span.IsRecording() {
 		w.wroteHeader = true
 		w.span.SetAttributes(tracing.KeyHTTPStatus.Int(code))
 		if code >= http.StatusBadRequest && code != http.StatusTooManyRequests {
@@ -104,7 +104,7 @@ func (w *statusRecorder) WriteHeader(code int) {
 }
 
 func (w *statusRecorder) Write(b []byte) (int, error) {
-	if !w.wroteHeader {
+	if !w.wroteHeader && w.span.IsRecording() {
 		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)

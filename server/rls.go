@@ -165,12 +165,13 @@ func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.Ra
 		m.observeRequest(s.opts.Clock.Now().Sub(start), code)
 	}
 	if s.opts.Tracer != nil {
-		span := trace.SpanFromContext(ctx)
-		if resp != nil {
-			span.SetAttributes(tracing.KeyOverallCode.String(resp.GetOverallCode().String()))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			if resp != nil {
+				span.SetAttributes(tracing.KeyOverallCode.String(resp.GetOverallCode().String()))
+			}
+			tracing.Annotate(span, err, tracing.KeyDomain.String(req.GetDomain()), tracing.KeyDescriptors.Int(len(req.GetDescriptors())),
+				tracing.KeyGRPCStatus.Int(int(code)))
 		}
-		tracing.Annotate(span, err, tracing.KeyDomain.String(req.GetDomain()), tracing.KeyDescriptors.Int(len(req.GetDescriptors())),
-			tracing.KeyGRPCStatus.Int(int(code)))
 	}
 	return resp, err
 }

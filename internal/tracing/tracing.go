@@ -169,15 +169,30 @@ func New(tp trace.TracerProvider) *Tracer {
 // the call's incoming metadata carries one.
 func (t *Tracer) StartGRPC(ctx context.Context, name string) (context.Context, trace.Span) {
 	ctx = t.prop.Extract(ctx, metadataCarrier{ctx})
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(semconv.RPCSystemNameGRPC))
+	ctx, span := t.tracer.Start(ctx, name, serverSpan...)
+	if span.IsRecording() {
+		span.SetAttributes(semconv.RPCSystemNameGRPC)
+	}
+	return ctx, span
 }
+
+// The start options of Sluice's spans, built once: a sampled-out call
+// allocates no option slice. Attributes are set only on recording spans.
+var (
+	serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
 
 // StartHTTP starts the server span of an HTTP request named name (method
 // and route, "POST /v1/spend"), as a child of the caller's span when the
 // request's headers carry one.
 func (t *Tracer) StartHTTP(r *http.Request, name string) (context.Context, trace.Span) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method)))
+	ctx, span := t.tracer.Start(ctx, name, serverSpan...)
+	if span.IsRecording() {
+		span.SetAttributes(semconv.HTTPRequestMethodKey.String(r.Method))
+	}
+	return ctx, span
 }
 
 // metadataCarrier reads a gRPC call's incoming metadata for a propagator.
@@ -232,7 +247,11 @@ const (
 
 // Annotate records a call's outcome on span: the attributes, and when err
 // is not nil an Error status with err's message and an exception event.
+// Callers that build many attributes should test span.IsRecording first.
 func Annotate(span trace.Span, err error, attrs ...attribute.KeyValue) {
+	if !span.IsRecording() {
+		return
+	}
 	span.SetAttributes(attrs...)
 	if err != nil {
 		span.RecordError(err)
@@ -250,8 +269,16 @@ func End(span trace.Span, err error, attrs ...attribute.KeyValue) {
 const StoreSpanName = "store.Do"
 
 // StartStore starts the client span of one store round trip of ops bucket
-// operations on backend (the --store name), a child of ctx's span.
+// operations on backend (the --store name), a child of ctx's span. It
+// returns a nil span, and costs nothing, when ctx's span was sampled out:
+// its child would be too.
 func (t *Tracer) StartStore(ctx context.Context, backend string, ops int) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, StoreSpanName, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(KeyStore.String(backend), KeyOps.Int(ops)))
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && !sc.IsSampled() {
+		return ctx, nil
+	}
+	ctx, span := t.tracer.Start(ctx, StoreSpanName, clientSpan...)
+	if span.IsRecording() {
+		span.SetAttributes(KeyStore.String(backend), KeyOps.Int(ops))
+	}
+	return ctx, span
 }
