@@ -202,6 +202,17 @@ func TestTracingSpans(t *testing.T) {
 				attrs: map[attribute.Key]attribute.Value{"domain": str(""), "rpc.grpc.status_code": num(3)}, status: otelcodes.Error}},
 		},
 		{
+			name: "a descriptor without a limit counts nothing and never reaches the store",
+			call: func(t *testing.T, ts *tracedServer) {
+				req := &rlsv3.RateLimitRequest{Domain: "traced", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "other", Value: "v"}}}}}
+				if _, err := ts.rls.ShouldRateLimit(t.Context(), req); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []wantSpan{{name: "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", kind: trace.SpanKindServer,
+				attrs: map[attribute.Key]attribute.Value{"overall_code": str("OK")}}},
+		},
+		{
 			name: "a /json call is a server span with the store round trip inside it",
 			call: func(t *testing.T, ts *tracedServer) {
 				if code := ts.post(t, "/json", `{"domain":"traced","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`, nil); code != http.StatusOK {
