@@ -253,6 +253,17 @@ func TestTracingSpans(t *testing.T) {
 				attrs: map[attribute.Key]attribute.Value{"rpc.grpc.status_code": num(3)}, status: otelcodes.Error}},
 		},
 		{
+			name: "a gRPC key-value batch records its size, with one store round trip",
+			call: func(t *testing.T, ts *tracedServer) {
+				req := &sluicev1.BatchRequest{Transactions: []*sluicev1.Transaction{{Name: "NewOrdersPerAccount", Id: "1006"}, {Name: "NewOrdersPerAccount", Id: "1007"}}}
+				if _, err := ts.kv.Batch(t.Context(), req); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []wantSpan{{name: "store.Do", kind: trace.SpanKindClient, attrs: map[attribute.Key]attribute.Value{"store.ops": num(2)}},
+				{name: "sluice.v1.Limits/Batch", kind: trace.SpanKindServer, attrs: map[attribute.Key]attribute.Value{"transactions": num(2), "allowed": attribute.BoolValue(true), "rpc.grpc.status_code": num(0)}}},
+		},
+		{
 			name: "an HTTP key-value spend records the limit name and the decision",
 			call: func(t *testing.T, ts *tracedServer) {
 				if code := ts.post(t, "/v1/spend", `{"name":"NewOrdersPerAccount","id":"1002"}`, nil); code != http.StatusOK {
