@@ -30,6 +30,7 @@ import (
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
@@ -71,6 +72,9 @@ type App struct {
 
 	stopWatch func()
 	stopXDS   func() // stops the xDS client; nil without one
+
+	tracing *tracing.Provider // nil when tracing is off
+	tracer  *tracing.Tracer   // nil when tracing is off
 }
 
 // NewLogger builds the logger the options ask for, writing to w.
@@ -150,6 +154,21 @@ func New(o Options, deps Deps) (*App, error) {
 		LocalCacheBytes:            o.LocalCacheSize,
 		StopIncrementWhenOverLimit: o.StopCacheKeyIncrementWhenOverLimit,
 	})
+	var tracer *tracing.Tracer
+	if t := o.Tracing; t.Enabled {
+		p, err := tracing.NewProvider(context.Background(), tracing.Options{
+			Protocol: t.ExporterProtocol, ServiceName: t.ServiceName, ServiceNamespace: t.ServiceNamespace,
+			ServiceInstanceID: t.ServiceInstanceID, SamplingRate: t.SamplingRate,
+		})
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		a.tracing, a.tracer = p, p.Tracer()
+		tracer = a.tracer
+		a.limiter.TraceStore(tracer, o.Store)
+		log.Info("tracing on", "protocol", t.ExporterProtocol, "service", t.ServiceName, "sampling_rate", t.SamplingRate)
+	}
 	a.rls = server.NewRLS(server.RLSOptions{
 		Limiter:             a.limiter,
 		Clock:               clk,
@@ -163,6 +182,7 @@ func New(o Options, deps Deps) (*App, error) {
 		ResetHeader:         o.ResponseHeaderReset,
 		DynamicMetadata:     o.ResponseDynamicMetadata,
 		Logger:              log,
+		Tracer:              tracer,
 		MaxDescriptors:      o.MaxDescriptors,
 		IgnoreRequestLimits: !o.RequestLimits,
 		IgnoreNegativeHits:  !o.NegativeHits,
@@ -171,6 +191,7 @@ func New(o Options, deps Deps) (*App, error) {
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()
+		a.stopTracing(context.Background())
 		return nil, err
 	}
 	return a, nil
@@ -328,7 +349,7 @@ func (a *App) Start() error {
 	}
 	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
-	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log})
+	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)
@@ -451,7 +472,20 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	addErr(a.store.Close())
+	a.stopTracing(ctx)
 	return errors.Join(errs...)
+}
+
+// stopTracing exports the spans still buffered, within ctx, and stops the
+// exporter; a collector that cannot take them is logged, not an error of
+// the service.
+func (a *App) stopTracing(ctx context.Context) {
+	if a.tracing == nil {
+		return
+	}
+	if err := a.tracing.Shutdown(ctx); err != nil {
+		a.log.Warn("spans not exported at shutdown", "err", err)
+	}
 }
 
 // Run starts the service and serves until ctx is done or the process gets
@@ -465,6 +499,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer signal.Stop(sigs)
 	if err := a.Start(); err != nil {
 		_ = a.store.Close()
+		a.stopTracing(context.Background())
 		return err
 	}
 	for {

@@ -174,12 +174,12 @@ var envoyVars = []envoyVar{
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", as: asBool, status: envoySupported, set: toFlag("response-dynamic-metadata")},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", as: asBool, status: envoySupported, set: toFlag("merge-domain-config")},
 
-	{name: "TRACING_ENABLED", def: "false", as: asBool, status: envoyNotYet},
-	{name: "TRACING_SERVICE_NAME", def: "RateLimit", status: envoyNotYet},
-	{name: "TRACING_SERVICE_NAMESPACE", status: envoyNotYet},
-	{name: "TRACING_SERVICE_INSTANCE_ID", status: envoyNotYet},
-	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", status: envoyNotYet},
-	{name: "TRACING_SAMPLING_RATE", def: "1", as: asFloat, status: envoyNotYet},
+	{name: "TRACING_ENABLED", def: "false", as: asBool, status: envoySupported, set: toFlag("tracing")},
+	{name: "TRACING_SERVICE_NAME", def: "RateLimit", status: envoySupported, set: toFlag("tracing-service-name")},
+	{name: "TRACING_SERVICE_NAMESPACE", status: envoySupported, set: toFlag("tracing-service-namespace")},
+	{name: "TRACING_SERVICE_INSTANCE_ID", status: envoySupported, set: toFlag("tracing-service-instance-id")},
+	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", status: envoySupported, set: toFlag("tracing-exporter-protocol")},
+	{name: "TRACING_SAMPLING_RATE", def: "1", as: asFloat, status: envoySupported, set: toFlag("tracing-sampling-rate")},
 }
 
 // EnvoyVariables returns the names of every environment variable

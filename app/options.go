@@ -168,6 +168,32 @@ type Options struct {
 	// variables that were set but change nothing in Sluice (see
 	// docs/envoy.md); the service warns about them once at startup.
 	EnvoyEnvUnsupported []string
+	// Tracing configures OpenTelemetry tracing; off by default.
+	Tracing TracingOptions
+}
+
+// TracingOptions configure OpenTelemetry tracing (package
+// internal/tracing). The exporter's endpoint, headers, certificates and
+// timeout come from the standard OTEL_EXPORTER_OTLP_* environment
+// variables, which the OpenTelemetry SDK reads itself.
+type TracingOptions struct {
+	// Enabled starts a span per call and exports the spans. Default false:
+	// no exporter, no propagation, no cost.
+	Enabled bool
+	// ExporterProtocol is "http" (OTLP/HTTP, the default) or "grpc".
+	ExporterProtocol string
+	// ServiceName is the spans' service.name; default "RateLimit",
+	// envoyproxy/ratelimit's.
+	ServiceName string
+	// ServiceNamespace is the spans' service.namespace; default none.
+	ServiceNamespace string
+	// ServiceInstanceID is the spans' service.instance.id; default a random
+	// UUID at each start.
+	ServiceInstanceID string
+	// SamplingRate is the fraction of new traces sampled, in [0, 1];
+	// default 1. A call that continues a caller's trace follows the
+	// caller's sampling decision.
+	SamplingRate float64
 }
 
 // RedisOptions are the --redis-* flags.
@@ -265,6 +291,7 @@ func Defaults() Options {
 		GRPCMaxConnectionAge:      24 * time.Hour,
 		GRPCMaxConnectionAgeGrace: time.Hour,
 		HTTPTLS:                   true,
+		Tracing:                   TracingOptions{ExporterProtocol: "http", ServiceName: "RateLimit", SamplingRate: 1},
 
 		RuntimeAppDirectory: "config",
 		RuntimeWatchRoot:    true,
@@ -359,6 +386,12 @@ flags:
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", o.LocalCacheSize, "bytes of memory for remembering Envoy descriptors over their limit, answered without a store round trip until their window ends (0: off)")
 	fs.BoolVar(&o.StopCacheKeyIncrementWhenOverLimit, "stop-cache-key-increment-when-overlimit", o.StopCacheKeyIncrementWhenOverLimit, "when one descriptor of a request is over its limit, do not count the others")
 	fs.DurationVar(&o.Redis.ExpirationJitter, "redis-expiration-jitter", o.Redis.ExpirationJitter, "add a random 0 to this much (whole seconds) to each Redis window key's TTL")
+	fs.BoolVar(&o.Tracing.Enabled, "tracing", o.Tracing.Enabled, "export OpenTelemetry spans over OTLP (endpoint from OTEL_EXPORTER_OTLP_* variables)")
+	fs.StringVar(&o.Tracing.ExporterProtocol, "tracing-exporter-protocol", o.Tracing.ExporterProtocol, "OTLP exporter protocol: http or grpc")
+	fs.StringVar(&o.Tracing.ServiceName, "tracing-service-name", o.Tracing.ServiceName, "service.name of the spans")
+	fs.StringVar(&o.Tracing.ServiceNamespace, "tracing-service-namespace", o.Tracing.ServiceNamespace, "service.namespace of the spans (default none)")
+	fs.StringVar(&o.Tracing.ServiceInstanceID, "tracing-service-instance-id", o.Tracing.ServiceInstanceID, "service.instance.id of the spans (default a random UUID at each start)")
+	fs.Float64Var(&o.Tracing.SamplingRate, "tracing-sampling-rate", o.Tracing.SamplingRate, "fraction of new traces sampled, 0 to 1 (a caller's sampled trace is always continued)")
 
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.
@@ -539,6 +572,12 @@ func (o *Options) Validate() error {
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)
+	}
+	if o.Tracing.Enabled {
+		oneOf("tracing-exporter-protocol", o.Tracing.ExporterProtocol, "http", "grpc")
+		if r := o.Tracing.SamplingRate; !(r >= 0 && r <= 1) {
+			bad("tracing-sampling-rate", "%s is outside [0, 1]", strconv.FormatFloat(r, 'g', -1, 64))
+		}
 	}
 	if o.MemoryMaxEntries < 0 {
 		bad("memory-max-entries", "%d is negative", o.MemoryMaxEntries)

@@ -23,6 +23,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 )
 
@@ -77,6 +79,9 @@ type RLSOptions struct {
 	// descriptor (default 64), MaxEntryBytes the length of an entry's key
 	// or value (default 4096). No request an Envoy sends comes near them.
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
+	// Tracer starts a span per call, continuing the caller's trace; nil
+	// (tracing off) starts none and costs nothing.
+	Tracer *tracing.Tracer
 }
 
 // Default request caps; see RLSOptions.
@@ -157,6 +162,11 @@ type check struct {
 
 // ShouldRateLimit implements RateLimitServiceServer.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if t := s.opts.Tracer; t != nil {
+		var span trace.Span
+		ctx, span = t.StartGRPC(ctx, rlsMethod)
+		defer span.End()
+	}
 	resp, err := s.serve(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
@@ -164,8 +174,12 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	return resp, nil
 }
 
-// serve answers req for either edge (gRPC or /json), timing it and logging
-// internal errors.
+// rlsMethod is the full gRPC method of ShouldRateLimit, its span's name.
+const rlsMethod = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// serve answers req for either edge (gRPC or /json), timing it, logging
+// internal errors and, when tracing, recording the outcome on ctx's span
+// (the edge's, which the edge ends).
 func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := s.opts.Clock.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
@@ -178,6 +192,15 @@ func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.Ra
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.observeRequest(s.opts.Clock.Now().Sub(start), code)
+	}
+	if s.opts.Tracer != nil {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			if resp != nil {
+				span.SetAttributes(tracing.KeyOverallCode.String(resp.GetOverallCode().String()))
+			}
+			tracing.Annotate(span, err, tracing.KeyDomain.String(req.GetDomain()), tracing.KeyDescriptors.Int(len(req.GetDescriptors())),
+				tracing.KeyGRPCStatus.Int(int(code)))
+		}
 	}
 	return resp, err
 }
