@@ -385,7 +385,7 @@ flags:
 	// envoyproxy/ratelimit's local cache and its companions.
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", o.LocalCacheSize, "bytes of memory for remembering Envoy descriptors over their limit, answered without a store round trip until their window ends (0: off)")
 	fs.BoolVar(&o.StopCacheKeyIncrementWhenOverLimit, "stop-cache-key-increment-when-overlimit", o.StopCacheKeyIncrementWhenOverLimit, "when one descriptor of a request is over its limit, do not count the others")
-	fs.DurationVar(&o.Redis.ExpirationJitter, "redis-expiration-jitter", o.Redis.ExpirationJitter, "add a random 0 to this much (whole seconds) to each Redis window key's TTL")
+	durationVar(fs, &o.Redis.ExpirationJitter, "redis-expiration-jitter", o.Redis.ExpirationJitter, "add a random 0 to this much (whole seconds) to each Redis window key's TTL")
 	fs.BoolVar(&o.Tracing.Enabled, "tracing", o.Tracing.Enabled, "export OpenTelemetry spans over OTLP (endpoint from OTEL_EXPORTER_OTLP_* variables)")
 	fs.StringVar(&o.Tracing.ExporterProtocol, "tracing-exporter-protocol", o.Tracing.ExporterProtocol, "OTLP exporter protocol: http or grpc")
 	fs.StringVar(&o.Tracing.ServiceName, "tracing-service-name", o.Tracing.ServiceName, "service.name of the spans")
