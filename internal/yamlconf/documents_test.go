@@ -27,7 +27,7 @@ func TestDocuments(t *testing.T) {
 		{name: "a repeated key is an error naming both lines",
 			data: "a: 1\n---\nspec:\n  x: 1\n  x: 2\n", wantErr: `m.yaml:5:3: key "x" repeated (first at line 4)`},
 		{name: "aliases that expand too far are an error",
-			data: "a: &a [1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d]\n",
+			data:    "a: &a [1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d]\n",
 			wantErr: "aliases expand to too many nodes"},
 	}
 	for _, tt := range tests {
