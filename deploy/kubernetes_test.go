@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -464,7 +465,79 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var _ = http.Get
+// TestKubernetesConfigMapReload runs Sluice with the Deployment's
+// environment on the ConfigMap's files laid out as the kubelet mounts
+// them (RUNTIME_ROOT moved to a temporary directory, ports on loopback):
+// the probe's /healthcheck answers OK, the domains load, and a ConfigMap
+// update — a new version directory and a swap of ..data — reloads them.
+func TestKubernetesConfigMapReload(t *testing.T) {
+	objs := loadManifests(t, kubeDir)
+	dep := find(t, objs, filepath.Join(kubeDir, "deployment.yaml"), "Deployment", "sluice")
+	cm := find(t, objs, filepath.Join(kubeDir, "configmap.yaml"), "ConfigMap", "sluice-config")
+	c := byName(list(dep.v, "spec", "template", "spec", "containers"), "sluice")
+	root := t.TempDir()
+	o := sluiceOptions(t, c, map[string]string{"RUNTIME_ROOT": root})
+	mount := filepath.Join(root, o.RuntimeSubdirectory, o.RuntimeAppDirectory)
+	writeConfigMap(t, cm, mount)
+	o.GRPCAddr, o.HTTPAddr, o.DebugAddr, o.LogLevel = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "error"
+	a, err := app.New(o, app.Deps{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("Sluice with the Deployment's environment: %v", err)
+	}
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(t.Context()) })
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	probe := str(c, "readinessProbe", "httpGet", "path")
+	if code, body := get("http://" + a.HTTPAddr() + probe); code != http.StatusOK {
+		t.Errorf("GET %s: got %d %q, want 200", probe, code, body)
+	}
+	data, _ := at(cm.v, "data").(map[string]any)
+	_, rules := get("http://" + a.DebugAddr() + "/rlconfig")
+	for name, content := range data {
+		domain := domainOf(fmt.Sprint(content))
+		if !strings.Contains(rules, domain+".") {
+			t.Errorf("/rlconfig: got %q, want the domain %s of %s", rules, domain, name)
+		}
+	}
+
+	// A ConfigMap update: the kubelet writes a new version and swaps ..data.
+	updated := map[string]any{"data": map[string]any{"updated.yaml": "domain: updated_by_configmap\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 7}\n"}}
+	for k, v := range data {
+		updated["data"].(map[string]any)[k] = v
+	}
+	writeConfigMap(t, object{file: cm.file, v: updated}, mount)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, rules = get("http://" + a.DebugAddr() + "/rlconfig")
+		if strings.Contains(rules, "updated_by_configmap.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/rlconfig 10s after the ConfigMap update: got %q, want the domain updated_by_configmap", rules)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// domainOf returns the domain a descriptor file declares.
+func domainOf(content string) string {
+	for line := range strings.Lines(content) {
+		if d, ok := strings.CutPrefix(strings.TrimSpace(line), "domain:"); ok {
+			return strings.TrimSpace(d)
+		}
+	}
+	return ""
+}
 
 // TestReadmeBinary runs the README's commands for getting the binary:
 // `go install ./cmd/sluice` (with GOBIN in a temporary directory) must
@@ -493,5 +566,74 @@ func TestReadmeBinary(t *testing.T) {
 	}
 	if !strings.Contains(string(plan), "-o bin/sluice ./cmd/sluice") {
 		t.Errorf("make -n build: got %q, want it to write bin/sluice", plan)
+	}
+}
+
+// TestKustomizeBuilds renders both ways of applying the manifests with
+// kubectl's kustomize, when kubectl is installed: the memory store as
+// shipped, and with the Redis component turned on as docs/deploy.md says.
+func TestKustomizeBuilds(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed")
+	}
+	// A copy of deploy/kubernetes with the component's lines uncommented.
+	withRedis := filepath.Join(t.TempDir(), "kubernetes")
+	if err := os.CopyFS(withRedis, os.DirFS(kubeDir)); err != nil {
+		t.Fatal(err)
+	}
+	k := filepath.Join(withRedis, "kustomization.yaml")
+	data, err := os.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := strings.NewReplacer("# components:\n", "components:\n", "#   - redis\n", "  - redis\n").Replace(string(data))
+	if on == string(data) {
+		t.Fatalf("%s: got no commented components: [redis] to turn on", k)
+	}
+	if err := os.WriteFile(k, []byte(on), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		dir   string
+		kinds []string
+		redis bool
+	}{
+		{name: "the memory store as shipped", dir: kubeDir, kinds: []string{"ConfigMap/sluice-config", "Deployment/sluice", "Service/sluice"}},
+		{name: "with the Redis component", dir: withRedis, redis: true,
+			kinds: []string{"ConfigMap/sluice-config", "Deployment/redis", "Deployment/sluice", "Service/redis", "Service/sluice"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(kubectl, "kustomize", tt.dir).Output()
+			if err != nil {
+				t.Fatalf("kubectl kustomize %s: %v", tt.dir, err)
+			}
+			docs, err := yamlconf.Documents("kustomize output", out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			var sluice map[string]any
+			for _, d := range docs {
+				kinds = append(kinds, str(d, "kind")+"/"+str(d, "metadata", "name"))
+				if str(d, "kind") == "Deployment" && str(d, "metadata", "name") == "sluice" {
+					sluice = d.(map[string]any)
+				}
+			}
+			slices.Sort(kinds)
+			if !slices.Equal(kinds, tt.kinds) {
+				t.Fatalf("got %q, want %q", kinds, tt.kinds)
+			}
+			c := byName(list(sluice, "spec", "template", "spec", "containers"), "sluice")
+			o := sluiceOptions(t, c, nil)
+			if got := o.Store == "redis"; got != tt.redis {
+				t.Errorf("got store %q, want redis %v", o.Store, tt.redis)
+			}
+			if tt.redis && (o.ShutdownDrainDelay == 0 || o.RuntimeRoot == "") {
+				t.Errorf("got drain %v and runtime root %q after the patch, want the base's kept", o.ShutdownDrainDelay, o.RuntimeRoot)
+			}
+		})
 	}
 }
