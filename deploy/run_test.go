@@ -192,4 +192,3 @@ func TestKubernetesRedisSharesCounts(t *testing.T) {
 		t.Errorf("got %d allowed and %d over the limit across the replicas, want 10 and 2", allowed, over)
 	}
 }
-
