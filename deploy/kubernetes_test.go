@@ -540,32 +540,40 @@ func domainOf(content string) string {
 }
 
 // TestReadmeBinary runs the README's commands for getting the binary:
-// `go install ./cmd/sluice` (with GOBIN in a temporary directory) must
-// give a sluice that runs, and `make build` must write bin/sluice.
+// `go install ./cmd/sluice` (with GOBIN in a temporary directory) and
+// `make build` (with BIN there too) must each give a sluice that runs.
 func TestReadmeBinary(t *testing.T) {
 	out, err := exec.Command(sluiceBinary(t), "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "sluice ") {
-		t.Errorf("sluice version: got %q, %v; want a version line", out, err)
+		t.Errorf("go install: sluice version: got %q, %v; want a version line", out, err)
 	}
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "\nmake build\n") {
-		t.Fatal("README.md: got no `make build` line")
+	if !strings.Contains(string(readme), "\nmake build\n") || !strings.Contains(string(readme), "`bin/sluice`") {
+		t.Fatal("README.md: got no `make build` line saying it writes bin/sluice")
 	}
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		t.Skip("make is not installed")
 	}
+	// The default BIN is bin, as the README says.
 	cmd := exec.Command(mk, "-n", "build")
 	cmd.Dir = ".."
 	plan, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("make -n build: %v\n%s", err, plan)
+	if err != nil || !strings.Contains(string(plan), "-o bin/sluice ./cmd/sluice") {
+		t.Errorf("make -n build: got %q, %v; want it to write bin/sluice", plan, err)
 	}
-	if !strings.Contains(string(plan), "-o bin/sluice ./cmd/sluice") {
-		t.Errorf("make -n build: got %q, want it to write bin/sluice", plan)
+	bin := t.TempDir()
+	cmd = exec.Command(mk, "build", "BIN="+bin)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	out, err = exec.Command(filepath.Join(bin, "sluice"), "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "sluice ") {
+		t.Errorf("make build: sluice version: got %q, %v; want a version line", out, err)
 	}
 }
 
@@ -635,5 +643,41 @@ func TestKustomizeBuilds(t *testing.T) {
 				t.Errorf("got drain %v and runtime root %q after the patch, want the base's kept", o.ShutdownDrainDelay, o.RuntimeRoot)
 			}
 		})
+	}
+}
+
+// TestDeployDocsEnvironment checks that docs/deploy.md's table of the
+// Deployment's environment lists exactly the variables and values the
+// manifest sets.
+func TestDeployDocsEnvironment(t *testing.T) {
+	objs := loadManifests(t, kubeDir)
+	dep := find(t, objs, filepath.Join(kubeDir, "deployment.yaml"), "Deployment", "sluice")
+	want := containerEnv(t, byName(list(dep.v, "spec", "template", "spec", "containers"), "sluice"))
+	doc, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n### The environment\n")
+	if !ok {
+		t.Fatal("docs/deploy.md: got no section ### The environment")
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	got := map[string]string{}
+	for line := range strings.Lines(section) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		got[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.Trim(strings.TrimSpace(cells[2]), "`")
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("docs/deploy.md: %s: got %q, want the manifest's %q", k, got[k], v)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("docs/deploy.md: lists %s, which the manifest does not set", k)
+		}
 	}
 }
