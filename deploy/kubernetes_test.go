@@ -217,7 +217,7 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	})
 	t.Run("the probes ask /healthcheck on the HTTP port", func(t *testing.T) {
-		for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		for _, probe := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
 			get := at(c, probe, "httpGet")
 			if got := str(get, "path"); got != "/healthcheck" {
 				t.Errorf("%s: got path %q, want /healthcheck", probe, got)
