@@ -488,15 +488,7 @@ func TestKubernetesConfigMapReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Shutdown(t.Context()) })
-	get := func(url string) (int, string) {
-		resp, err := http.Get(url)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := httpGet
 	probe := str(c, "readinessProbe", "httpGet", "path")
 	if code, body := get("http://" + a.HTTPAddr() + probe); code != http.StatusOK {
 		t.Errorf("GET %s: got %d %q, want 200", probe, code, body)
