@@ -51,3 +51,28 @@ func TestDocuments(t *testing.T) {
 		t.Errorf("got %v, want ErrSyntax", err)
 	}
 }
+
+// FuzzDocuments: any input gives values or an error naming the file,
+// never both, and never a panic or a hang; a file of aliases stops at the
+// node budget.
+func FuzzDocuments(f *testing.F) {
+	for _, s := range []string{
+		"", "a: 1\n", "a: 1\n---\nb: [x, 2]\n", "---\n---\n", "a: &x {k: v}\nb: *x\n",
+		"l0: &l0 [a, b]\nl1: &l1 [*l0, *l0]\nl2: [*l1, *l1]\n", "a: 1\na: 2\n", "- [\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := Documents("fuzz.yaml", data)
+		if err != nil {
+			var e *Error
+			var list Errors
+			if !(errors.As(err, &e) && e.File == "fuzz.yaml") && !(errors.As(err, &list) && len(list) > 0 && list[0].File == "fuzz.yaml") {
+				t.Fatalf("got %T %v, want errors naming fuzz.yaml", err, err)
+			}
+			if got != nil {
+				t.Fatalf("got values %v with the error %v, want none", got, err)
+			}
+		}
+	})
+}
