@@ -5,13 +5,28 @@ FUZZTIME  ?= 3s
 PKGS      ?= ./...
 # TESTFLAGS go to go test; CI sets -count=1 so no result comes from the cache.
 TESTFLAGS ?=
+# BIN is where `make build` writes the sluice binary (bin/ is git-ignored).
+BIN       ?= bin
+# IMAGE is the tag `make image` gives the container image.
+IMAGE     ?= sluice:latest
 
-.PHONY: all build test unit fuzz vet fmt bench proto
+.PHONY: all build image test unit fuzz vet fmt bench proto
 
 all: build
 
+# Compiles every package, then writes the sluice command to $(BIN)/sluice,
+# built as the container image builds it.
 build:
 	$(GO) build ./...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/sluice ./cmd/sluice
+
+# Builds the container image from the Dockerfile with docker, or podman
+# when docker is not installed (docs/deploy.md).
+image:
+	@if command -v docker >/dev/null 2>&1; then tool=docker; \
+	 elif command -v podman >/dev/null 2>&1; then tool=podman; \
+	 else echo "make image: neither docker nor podman is installed; install one, or build the binary alone with make build" >&2; exit 1; fi; \
+	 echo "$$tool build -t $(IMAGE) ."; $$tool build -t $(IMAGE) .
 
 # The tests CI runs: the race-detector suite, then every fuzz target briefly.
 test: vet unit fuzz

@@ -30,6 +30,7 @@ import (
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
@@ -71,6 +72,9 @@ type App struct {
 
 	stopWatch func()
 	stopXDS   func() // stops the xDS client; nil without one
+
+	tracing *tracing.Provider // nil when tracing is off
+	tracer  *tracing.Tracer   // nil when tracing is off
 
 	metrics *server.Metrics // the RLS's statistics, read by every sink
 	sinks   *statsSinks     // StatsD and the Prometheus compatibility series
@@ -149,7 +153,25 @@ func New(o Options, deps Deps) (*App, error) {
 		}
 	}
 	a.store = st
-	a.limiter = limiter.New(st, clk)
+	a.limiter = limiter.NewWithOptions(st, clk, limiter.Options{
+		LocalCacheBytes:            o.LocalCacheSize,
+		StopIncrementWhenOverLimit: o.StopCacheKeyIncrementWhenOverLimit,
+	})
+	var tracer *tracing.Tracer
+	if t := o.Tracing; t.Enabled {
+		p, err := tracing.NewProvider(context.Background(), tracing.Options{
+			Protocol: t.ExporterProtocol, ServiceName: t.ServiceName, ServiceNamespace: t.ServiceNamespace,
+			ServiceInstanceID: t.ServiceInstanceID, SamplingRate: t.SamplingRate,
+		})
+		if err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+		a.tracing, a.tracer = p, p.Tracer()
+		tracer = a.tracer
+		a.limiter.TraceStore(tracer, o.Store)
+		log.Info("tracing on", "protocol", t.ExporterProtocol, "service", t.ServiceName, "sampling_rate", t.SamplingRate)
+	}
 	a.metrics = server.NewMetrics(a.registry)
 	sinks, err := newStatsSinks(o.Stats, a.metrics.Stats(), a.registry, a)
 	if err != nil {
@@ -158,21 +180,28 @@ func New(o Options, deps Deps) (*App, error) {
 	}
 	a.sinks = sinks
 	a.rls = server.NewRLS(server.RLSOptions{
-		Limiter:          a.limiter,
-		Clock:            clk,
-		Metrics:          a.metrics,
-		NearLimitRatio:   o.NearLimitRatio,
-		GlobalShadowMode: o.GlobalShadowMode,
-		GlobalQuotaMode:  o.GlobalQuotaMode,
-		ResponseHeaders:  o.ResponseHeaders,
-		LimitHeader:      o.ResponseHeaderLimit,
-		RemainingHeader:  o.ResponseHeaderRemaining,
-		ResetHeader:      o.ResponseHeaderReset,
-		DynamicMetadata:  o.ResponseDynamicMetadata,
-		Logger:           log,
+		Limiter:             a.limiter,
+		Clock:               clk,
+		Metrics:             a.metrics,
+		NearLimitRatio:      o.NearLimitRatio,
+		GlobalShadowMode:    o.GlobalShadowMode,
+		GlobalQuotaMode:     o.GlobalQuotaMode,
+		ResponseHeaders:     o.ResponseHeaders,
+		LimitHeader:         o.ResponseHeaderLimit,
+		RemainingHeader:     o.ResponseHeaderRemaining,
+		ResetHeader:         o.ResponseHeaderReset,
+		DynamicMetadata:     o.ResponseDynamicMetadata,
+		Logger:              log,
+		Tracer:              tracer,
+		MaxDescriptors:      o.MaxDescriptors,
+		IgnoreRequestLimits: !o.RequestLimits,
+		IgnoreNegativeHits:  !o.NegativeHits,
+		MaxEntries:          o.MaxDescriptorEntries,
+		MaxEntryBytes:       o.MaxDescriptorEntryBytes,
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()
+		a.stopTracing(context.Background())
 		return nil, err
 	}
 	return a, nil
@@ -331,7 +360,7 @@ func (a *App) Start() error {
 	}
 	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
-	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log})
+	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)
@@ -343,10 +372,14 @@ func (a *App) Start() error {
 	if !a.opts.HTTPTLS {
 		tlsConfig = nil // TLS on gRPC only
 	}
-	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
+	// net/http's own complaints (TLS handshakes, bad requests) go through
+	// the service's logger, so --log-format json stays JSON.
+	httpLog := slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
+	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ErrorLog: httpLog}
 	a.debugServer = &http.Server{
 		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
 		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          httpLog,
 	}
 
 	if err := a.startXDS(); err != nil {
@@ -375,7 +408,8 @@ func (a *App) Start() error {
 		a.log.Warn("config files will not be watched; reload with SIGHUP", "err", err)
 	}
 	a.stopWatch = stop
-	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "store", a.opts.Store)
+	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "store", a.opts.Store,
+		"request_limits", a.opts.RequestLimits, "negative_hits", a.opts.NegativeHits)
 	return nil
 }
 
@@ -454,7 +488,20 @@ func (a *App) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	addErr(a.sinks.stop(ctx))
 	addErr(a.store.Close())
+	a.stopTracing(ctx)
 	return errors.Join(errs...)
+}
+
+// stopTracing exports the spans still buffered, within ctx, and stops the
+// exporter; a collector that cannot take them is logged, not an error of
+// the service.
+func (a *App) stopTracing(ctx context.Context) {
+	if a.tracing == nil {
+		return
+	}
+	if err := a.tracing.Shutdown(ctx); err != nil {
+		a.log.Warn("spans not exported at shutdown", "err", err)
+	}
 }
 
 // Run starts the service and serves until ctx is done or the process gets
@@ -468,6 +515,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer signal.Stop(sigs)
 	if err := a.Start(); err != nil {
 		_ = a.store.Close()
+		a.stopTracing(context.Background())
 		return err
 	}
 	for {

@@ -118,11 +118,11 @@ var envoyVars = []envoyVar{
 	{name: "RUNTIME_WATCH_ROOT", def: "true", as: asBool, status: envoySupported, set: toFlag("runtime-watch-root")},
 
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", def: "300", as: asInt, status: envoySupported, set: expirationJitter},
-	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", as: asInt, status: envoyNotYet},
+	{name: "LOCAL_CACHE_SIZE_IN_BYTES", def: "0", as: asInt, status: envoySupported, set: toFlag("local-cache-size")},
 	{name: "NEAR_LIMIT_RATIO", def: "0.8", as: asFloat, status: envoySupported, set: nearLimitRatio},
 	{name: "CACHE_KEY_PREFIX", status: envoySupported, set: cacheKeyPrefix},
 	{name: "BACKEND_TYPE", def: "redis", status: envoySupported, set: backendType},
-	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", as: asBool, status: envoyNotYet},
+	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", def: "false", as: asBool, status: envoySupported, set: toFlag("stop-cache-key-increment-when-overlimit")},
 
 	{name: "LIMIT_RESPONSE_HEADERS_ENABLED", def: "false", as: asBool, status: envoySupported, set: toFlag("response-headers")},
 	{name: "LIMIT_LIMIT_HEADER", def: "RateLimit-Limit", status: envoySupported, set: headerName("response-header-limit")},
@@ -180,12 +180,12 @@ var envoyVars = []envoyVar{
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", as: asBool, status: envoySupported, set: toFlag("response-dynamic-metadata")},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", as: asBool, status: envoySupported, set: toFlag("merge-domain-config")},
 
-	{name: "TRACING_ENABLED", def: "false", as: asBool, status: envoyNotYet},
-	{name: "TRACING_SERVICE_NAME", def: "RateLimit", status: envoyNotYet},
-	{name: "TRACING_SERVICE_NAMESPACE", status: envoyNotYet},
-	{name: "TRACING_SERVICE_INSTANCE_ID", status: envoyNotYet},
-	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", status: envoyNotYet},
-	{name: "TRACING_SAMPLING_RATE", def: "1", as: asFloat, status: envoyNotYet},
+	{name: "TRACING_ENABLED", def: "false", as: asBool, status: envoySupported, set: toFlag("tracing")},
+	{name: "TRACING_SERVICE_NAME", def: "RateLimit", status: envoySupported, set: toFlag("tracing-service-name")},
+	{name: "TRACING_SERVICE_NAMESPACE", status: envoySupported, set: toFlag("tracing-service-namespace")},
+	{name: "TRACING_SERVICE_INSTANCE_ID", status: envoySupported, set: toFlag("tracing-service-instance-id")},
+	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", status: envoySupported, set: toFlag("tracing-exporter-protocol")},
+	{name: "TRACING_SAMPLING_RATE", def: "1", as: asFloat, status: envoySupported, set: toFlag("tracing-sampling-rate")},
 }
 
 // EnvoyVariables returns the names of every environment variable
@@ -555,14 +555,15 @@ func cacheKeyPrefix(e *envoyEnv, v string) error {
 	return errors.Join(e.flag("redis-key-prefix", v), e.flag("memcache-key-prefix", v))
 }
 
-// expirationJitter sets the memcache windows' expiry jitter, in seconds
-// (Sluice's Redis windows expire exactly at their end).
+// expirationJitter sets the expiry jitter of the windows, in seconds, on
+// memcached and Redis.
 func expirationJitter(e *envoyEnv, v string) error {
 	n, _ := strconv.ParseInt(v, 10, 64)
 	if n < 0 {
 		return errors.New("must be >= 0")
 	}
-	return e.flag("memcache-expiration-jitter", strconv.FormatInt(n, 10)+"s")
+	d := strconv.FormatInt(n, 10) + "s"
+	return errors.Join(e.flag("memcache-expiration-jitter", d), e.flag("redis-expiration-jitter", d))
 }
 
 // socketType sets the socket type of a Redis, tcp or unix. Unset, the

@@ -108,6 +108,16 @@ type Options struct {
 	// the stack copying a new goroutine pays on every call. 0: a new
 	// goroutine per call, grpc-go's default. Default 64.
 	GRPCWorkers int
+	// MaxDescriptors, MaxDescriptorEntries and MaxDescriptorEntryBytes
+	// cap an Envoy request: its descriptors (default 1000), a descriptor's
+	// entries (default 64), an entry key's or value's length (default
+	// 4096 bytes). A request past one is refused before any store work.
+	MaxDescriptors, MaxDescriptorEntries, MaxDescriptorEntryBytes int
+	// RequestLimits (default true) honours a limit an Envoy request
+	// carries for a descriptor; NegativeHits (default true) honours
+	// is_negative_hits. Either lets a caller who reaches the port change
+	// its own counting: turn them off where callers are not trusted.
+	RequestLimits, NegativeHits bool
 
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
@@ -142,15 +152,53 @@ type Options struct {
 	ConfigType string
 	// XDS configures the xDS client used with ConfigType GRPC_XDS_SOTW.
 	XDS XDSOptions
+	// LocalCacheSize, in bytes, turns on the local over-limit cache of the
+	// Envoy service when above zero (--local-cache-size,
+	// envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES): a descriptor
+	// found over its limit is answered over the limit from memory, with no
+	// store round trip, until its window ends (see limiter.Options).
+	// Default 0: off. At most 1 TiB.
+	LocalCacheSize int
+	// StopCacheKeyIncrementWhenOverLimit (--stop-cache-key-increment-when-overlimit,
+	// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT):
+	// when one descriptor of a request is over its limit, the others are
+	// not counted. Default false.
+	StopCacheKeyIncrementWhenOverLimit bool
 	// EnvoyEnvUnsupported lists the envoyproxy/ratelimit environment
 	// variables that were set but change nothing in Sluice (see
 	// docs/envoy.md); the service warns about them once at startup.
 	EnvoyEnvUnsupported []string
+	// Tracing configures OpenTelemetry tracing; off by default.
+	Tracing TracingOptions
 
 	// Stats configure the StatsD/DogStatsD sink and envoyproxy/ratelimit's
 	// Prometheus series (--statsd-*, --stats-*, --dogstatsd*,
 	// --prometheus-*).
 	Stats StatsOptions
+}
+
+// TracingOptions configure OpenTelemetry tracing (package
+// internal/tracing). The exporter's endpoint, headers, certificates and
+// timeout come from the standard OTEL_EXPORTER_OTLP_* environment
+// variables, which the OpenTelemetry SDK reads itself.
+type TracingOptions struct {
+	// Enabled starts a span per call and exports the spans. Default false:
+	// no exporter, no propagation, no cost.
+	Enabled bool
+	// ExporterProtocol is "http" (OTLP/HTTP, the default) or "grpc".
+	ExporterProtocol string
+	// ServiceName is the spans' service.name; default "RateLimit",
+	// envoyproxy/ratelimit's.
+	ServiceName string
+	// ServiceNamespace is the spans' service.namespace; default none.
+	ServiceNamespace string
+	// ServiceInstanceID is the spans' service.instance.id; default a random
+	// UUID at each start.
+	ServiceInstanceID string
+	// SamplingRate is the fraction of new traces sampled, in [0, 1];
+	// default 1. A call that continues a caller's trace follows the
+	// caller's sampling decision.
+	SamplingRate float64
 }
 
 // RedisOptions are the --redis-* flags.
@@ -170,6 +218,12 @@ type RedisOptions struct {
 	Clock        string        // --redis-clock local (default) or server
 	EnvoyKeys    bool          // --redis-envoy-keys (default true): fixed windows counted with envoyproxy/ratelimit's commands and keys
 	SocketType   string        // --redis-socket-type tcp (default) or unix: Addrs is then one socket path
+
+	// ExpirationJitter (--redis-expiration-jitter, default 0, at most 24h)
+	// adds a random 0 to this much (whole seconds) to each fixed-window
+	// key's TTL, as envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS.
+	// The per-second Redis uses the main one's.
+	ExpirationJitter time.Duration
 
 	TLSSkipHostname bool          // --redis-tls-skip-hostname-verification: verify the chain, not the name
 	MaxFlushDelay   time.Duration // --redis-max-flush-delay: how long a connection may gather pipelined commands; default 0
@@ -220,7 +274,14 @@ func Defaults() Options {
 		ReloadDelay:     250 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
-		OnStoreError:    "error",
+
+		RequestLimits:           true,
+		NegativeHits:            true,
+		MaxDescriptors:          1000,
+		MaxDescriptorEntries:    64,
+		MaxDescriptorEntryBytes: 4096,
+
+		OnStoreError: "error",
 		Redis: RedisOptions{
 			Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true, SocketType: "tcp",
 			StartupInitialInterval: time.Second, StartupMaxInterval: 30 * time.Second,
@@ -235,6 +296,7 @@ func Defaults() Options {
 		GRPCMaxConnectionAge:      24 * time.Hour,
 		GRPCMaxConnectionAgeGrace: time.Hour,
 		HTTPTLS:                   true,
+		Tracing:                   TracingOptions{ExporterProtocol: "http", ServiceName: "RateLimit", SamplingRate: 1},
 
 		RuntimeAppDirectory: "config",
 		RuntimeWatchRoot:    true,
@@ -255,6 +317,20 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	o := Defaults()
 	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: sluice serve [flags]
+
+Runs the rate limit service. Every flag also reads an environment variable,
+SLUICE_ and its name in capitals (--grpc-addr: SLUICE_GRPC_ADDR), and the
+service reads envoyproxy/ratelimit's variables too (REDIS_URL, RUNTIME_ROOT,
+...); a flag wins over its SLUICE_ variable, which wins over
+envoyproxy/ratelimit's. docs/configuration.md lists them all; docs/envoy.md
+has envoyproxy/ratelimit's.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.ConfigPath, "config", o.ConfigPath, "descriptor config file or directory of *.yaml domain files")
 
 	fs.StringVar(&o.RuntimeRoot, "runtime-root", o.RuntimeRoot, "goruntime layout root (often a symlink); descriptor files are in root/subdirectory/appdirectory (instead of --config)")
@@ -277,16 +353,21 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.ResponseHeaderRemaining, "response-header-remaining", o.ResponseHeaderRemaining, "name of the remaining header added by --response-headers")
 	fs.StringVar(&o.ResponseHeaderReset, "response-header-reset", o.ResponseHeaderReset, "name of the reset header added by --response-headers")
 	fs.Float64Var(&o.NearLimitRatio, "near-limit-ratio", o.NearLimitRatio, "share of a limit past which hits count as near the limit")
-	fs.DurationVar(&o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
+	durationVar(fs, &o.ReloadDelay, "reload-delay", o.ReloadDelay, "quiet time that coalesces config file changes into one reload")
 	fs.StringVar(&o.LimitsPath, "limits", o.LimitsPath, "key-value limits defaults file")
 	fs.StringVar(&o.OverridesPath, "overrides", o.OverridesPath, "key-value limits overrides file")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
-	fs.DurationVar(&o.ShutdownDrainDelay, "shutdown-drain-delay", o.ShutdownDrainDelay, "how long to keep serving, reported unhealthy, after SIGINT/SIGTERM before closing the listeners")
+	durationVar(fs, &o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
+	durationVar(fs, &o.ShutdownDrainDelay, "shutdown-drain-delay", o.ShutdownDrainDelay, "how long to keep serving, reported unhealthy, after SIGINT/SIGTERM before closing the listeners")
 	fs.BoolVar(&o.HealthyWithConfig, "healthy-with-at-least-one-config-loaded", o.HealthyWithConfig, "report unhealthy until at least one domain is loaded")
 	fs.BoolVar(&o.Redis.HealthCheckActiveConnection, "redis-health-check-active-connection", o.Redis.HealthCheckActiveConnection, "report unhealthy while Redis does not answer, whatever --on-store-error says")
-	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
-	fs.DurationVar(&o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
+	durationVar(fs, &o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
+	durationVar(fs, &o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
+	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
+	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
+	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
+	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
+	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, in bytes")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")
@@ -298,9 +379,9 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.XDS.NodeID, "xds-node-id", o.XDS.NodeID, "node id sent to the xDS server, which keys its snapshots by it")
 	fs.StringVar(&o.XDS.NodeMetadata, "xds-node-metadata", o.XDS.NodeMetadata, "node metadata sent to the xDS server, \"k1=v1,k2=v2\"")
 	fs.StringVar(&o.XDS.Headers, "xds-client-headers", o.XDS.Headers, "gRPC headers added to the xDS stream, \"k1:v1,k2:v2\"")
-	fs.DurationVar(&o.XDS.ConnectRetryInterval, "xds-connect-retry-interval", o.XDS.ConnectRetryInterval, "how often to dial the xDS server again while it cannot be reached")
-	fs.DurationVar(&o.XDS.BackoffInitial, "xds-backoff-initial", o.XDS.BackoffInitial, "wait before reopening a broken xDS stream; doubles after each stream that broke without a response")
-	fs.DurationVar(&o.XDS.BackoffMax, "xds-backoff-max", o.XDS.BackoffMax, "longest wait before reopening a broken xDS stream")
+	durationVar(fs, &o.XDS.ConnectRetryInterval, "xds-connect-retry-interval", o.XDS.ConnectRetryInterval, "how often to dial the xDS server again while it cannot be reached")
+	durationVar(fs, &o.XDS.BackoffInitial, "xds-backoff-initial", o.XDS.BackoffInitial, "wait before reopening a broken xDS stream; doubles after each stream that broke without a response")
+	durationVar(fs, &o.XDS.BackoffMax, "xds-backoff-max", o.XDS.BackoffMax, "longest wait before reopening a broken xDS stream")
 	fs.IntVar(&o.XDS.MaxRecvMsgSize, "xds-max-recv-msg-size", o.XDS.MaxRecvMsgSize, "largest xDS response accepted, in bytes (0: 4 MiB)")
 	fs.BoolVar(&o.XDS.UseTLS, "xds-server-use-tls", o.XDS.UseTLS, "connect to the xDS server over TLS")
 	fs.StringVar(&o.XDS.ClientTLSCert, "xds-client-tls-cert", o.XDS.ClientTLSCert, "client certificate file for the xDS server (mutual TLS)")
@@ -308,10 +389,21 @@ func ParseServe(args []string, getenv func(string) string, out io.Writer) (Optio
 	fs.StringVar(&o.XDS.ServerTLSCACert, "xds-server-tls-cacert", o.XDS.ServerTLSCACert, "CA file for the xDS server certificate (default: the system's)")
 	fs.StringVar(&o.XDS.ServerTLSSAN, "xds-server-tls-san", o.XDS.ServerTLSSAN, "name to verify in the xDS server certificate (default: the host of --xds-server-url)")
 
+	// envoyproxy/ratelimit's local cache and its companions.
+	fs.IntVar(&o.LocalCacheSize, "local-cache-size", o.LocalCacheSize, "bytes of memory for remembering Envoy descriptors over their limit, answered without a store round trip until their window ends (0: off)")
+	fs.BoolVar(&o.StopCacheKeyIncrementWhenOverLimit, "stop-cache-key-increment-when-overlimit", o.StopCacheKeyIncrementWhenOverLimit, "when one descriptor of a request is over its limit, do not count the others")
+	durationVar(fs, &o.Redis.ExpirationJitter, "redis-expiration-jitter", o.Redis.ExpirationJitter, "add a random 0 to this much (whole seconds) to each Redis window key's TTL")
+	fs.BoolVar(&o.Tracing.Enabled, "tracing", o.Tracing.Enabled, "export OpenTelemetry spans over OTLP (endpoint from OTEL_EXPORTER_OTLP_* variables)")
+	fs.StringVar(&o.Tracing.ExporterProtocol, "tracing-exporter-protocol", o.Tracing.ExporterProtocol, "OTLP exporter protocol: http or grpc")
+	fs.StringVar(&o.Tracing.ServiceName, "tracing-service-name", o.Tracing.ServiceName, "service.name of the spans")
+	fs.StringVar(&o.Tracing.ServiceNamespace, "tracing-service-namespace", o.Tracing.ServiceNamespace, "service.namespace of the spans (default none)")
+	fs.StringVar(&o.Tracing.ServiceInstanceID, "tracing-service-instance-id", o.Tracing.ServiceInstanceID, "service.instance.id of the spans (default a random UUID at each start)")
+	fs.Float64Var(&o.Tracing.SamplingRate, "tracing-sampling-rate", o.Tracing.SamplingRate, "fraction of new traces sampled, 0 to 1 (a caller's sampled trace is always continued)")
+
 	// Statistics sinks (docs/envoy.md, "Statistics").
 	fs.StringVar(&o.Stats.StatsdAddr, "statsd-addr", o.Stats.StatsdAddr, "send envoyproxy/ratelimit's statistics to this StatsD server, host:port (empty: off)")
 	fs.StringVar(&o.Stats.StatsdProtocol, "statsd-protocol", o.Stats.StatsdProtocol, "StatsD transport: tcp or udp (empty: tcp, udp with --dogstatsd)")
-	fs.DurationVar(&o.Stats.FlushInterval, "stats-flush-interval", o.Stats.FlushInterval, "how often to send the statistics' changes to StatsD")
+	durationVar(fs, &o.Stats.FlushInterval, "stats-flush-interval", o.Stats.FlushInterval, "how often to send the statistics' changes to StatsD")
 	fs.StringVar(&o.Stats.ExtraTags, "stats-extra-tags", o.Stats.ExtraTags, "tags added to every StatsD stat, \"k1:v1,k2:v2\"")
 	fs.BoolVar(&o.Stats.DogStatsD, "dogstatsd", o.Stats.DogStatsD, "send DogStatsD lines (tags after |#) to --statsd-addr")
 	fs.Func("dogstatsd-mogrifiers", "DogStatsD mogrifiers to apply, comma-separated NAMEs, each defined by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS", func(v string) error { o.Stats.Mogrifiers = splitList(v); return nil })
@@ -365,15 +457,15 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.TLSCert, "redis-tls-cert", o.Redis.TLSCert, "client certificate file for Redis")
 	fs.StringVar(&o.Redis.TLSKey, "redis-tls-key", o.Redis.TLSKey, "client key file for Redis")
 	fs.BoolVar(&o.Redis.TLSInsecure, "redis-tls-insecure-skip-verify", o.Redis.TLSInsecure, "do not verify the Redis certificate (tests only)")
-	fs.DurationVar(&o.Redis.Timeout, "redis-timeout", o.Redis.Timeout, "bound on each Redis call")
+	durationVar(fs, &o.Redis.Timeout, "redis-timeout", o.Redis.Timeout, "bound on each Redis call")
 	fs.StringVar(&o.Redis.KeyPrefix, "redis-key-prefix", o.Redis.KeyPrefix, "prefix of every Redis key")
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's pipelined INCRBY+EXPIRE on its keys (false: with the Lua script)")
 	fs.BoolVar(&o.Redis.TLSSkipHostname, "redis-tls-skip-hostname-verification", o.Redis.TLSSkipHostname, "verify the Redis certificate's chain but not its host name")
-	fs.DurationVar(&o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may gather pipelined commands before writing (0: write at once)")
-	fs.DurationVar(&o.Redis.StartupInitialInterval, "redis-startup-initial-interval", o.Redis.StartupInitialInterval, "first wait before retrying Redis at startup")
-	fs.DurationVar(&o.Redis.StartupMaxInterval, "redis-startup-max-interval", o.Redis.StartupMaxInterval, "longest wait between Redis retries at startup")
-	fs.DurationVar(&o.Redis.StartupMaxElapsedTime, "redis-startup-max-elapsed-time", o.Redis.StartupMaxElapsedTime, "give up starting when Redis has not answered for this long (0: retry forever)")
+	durationVar(fs, &o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may gather pipelined commands before writing (0: write at once)")
+	durationVar(fs, &o.Redis.StartupInitialInterval, "redis-startup-initial-interval", o.Redis.StartupInitialInterval, "first wait before retrying Redis at startup")
+	durationVar(fs, &o.Redis.StartupMaxInterval, "redis-startup-max-interval", o.Redis.StartupMaxInterval, "longest wait between Redis retries at startup")
+	durationVar(fs, &o.Redis.StartupMaxElapsedTime, "redis-startup-max-elapsed-time", o.Redis.StartupMaxElapsedTime, "give up starting when Redis has not answered for this long (0: retry forever)")
 
 	// The Redis socket type, the per-second Redis and memcache.
 	fs.StringVar(&o.Redis.SocketType, "redis-socket-type", o.Redis.SocketType, "how to reach Redis: tcp, or unix (--redis-addr is then a socket path)")
@@ -390,15 +482,15 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&ps.TLSCert, "redis-persecond-tls-cert", ps.TLSCert, "client certificate file for the per-second Redis")
 	fs.StringVar(&ps.TLSKey, "redis-persecond-tls-key", ps.TLSKey, "client key file for the per-second Redis")
 	fs.BoolVar(&ps.TLSInsecure, "redis-persecond-tls-insecure-skip-verify", ps.TLSInsecure, "do not verify the per-second Redis certificate (tests only)")
-	fs.DurationVar(&ps.Timeout, "redis-persecond-timeout", ps.Timeout, "bound on each per-second Redis call")
+	durationVar(fs, &ps.Timeout, "redis-persecond-timeout", ps.Timeout, "bound on each per-second Redis call")
 	mc := &o.Memcache
 	fs.Func("memcache-addrs", "memcached servers, host:port, comma-separated, in the same order on every instance", func(v string) error { mc.Addrs = splitList(v); return nil })
 	fs.StringVar(&mc.SRV, "memcache-srv", mc.SRV, "DNS SRV name (_service._proto.name) listing the memcached servers")
-	fs.DurationVar(&mc.SRVRefresh, "memcache-srv-refresh", mc.SRVRefresh, "how often to look --memcache-srv up again (0: once)")
+	durationVar(fs, &mc.SRVRefresh, "memcache-srv-refresh", mc.SRVRefresh, "how often to look --memcache-srv up again (0: once)")
 	fs.IntVar(&mc.MaxIdleConns, "memcache-max-idle-conns", mc.MaxIdleConns, "idle connections kept per memcached server")
-	fs.DurationVar(&mc.Timeout, "memcache-timeout", mc.Timeout, "bound on each memcached round trip and store call")
+	durationVar(fs, &mc.Timeout, "memcache-timeout", mc.Timeout, "bound on each memcached round trip and store call")
 	fs.StringVar(&mc.KeyPrefix, "memcache-key-prefix", mc.KeyPrefix, "prefix of every memcached key")
-	fs.DurationVar(&mc.Jitter, "memcache-expiration-jitter", mc.Jitter, "add a random 0 to this much (whole seconds) to each window's expiry")
+	durationVar(fs, &mc.Jitter, "memcache-expiration-jitter", mc.Jitter, "add a random 0 to this much (whole seconds) to each window's expiry")
 	fs.BoolVar(&mc.TLS, "memcache-tls", mc.TLS, "connect to memcached over TLS")
 	fs.StringVar(&mc.TLSCA, "memcache-tls-ca", mc.TLSCA, "CA file for the memcached server certificates")
 	fs.StringVar(&mc.TLSCert, "memcache-tls-cert", mc.TLSCert, "client certificate file for memcached")
@@ -458,6 +550,14 @@ func (o *Options) Validate() error {
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	for _, c := range [...]struct {
+		flag string
+		v    int
+	}{{"max-descriptors", o.MaxDescriptors}, {"max-descriptor-entries", o.MaxDescriptorEntries}, {"max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes}} {
+		if c.v < 1 {
+			bad(c.flag, "%d must be at least 1", c.v)
+		}
+	}
 	if o.RuntimeRoot != "" && o.ConfigPath != "" {
 		bad("runtime-root", "--config and --runtime-root are exclusive: give one")
 	}
@@ -492,6 +592,12 @@ func (o *Options) Validate() error {
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)
+	}
+	if o.Tracing.Enabled {
+		oneOf("tracing-exporter-protocol", o.Tracing.ExporterProtocol, "http", "grpc")
+		if r := o.Tracing.SamplingRate; !(r >= 0 && r <= 1) {
+			bad("tracing-sampling-rate", "%s is outside [0, 1]", strconv.FormatFloat(r, 'g', -1, 64))
+		}
 	}
 	if o.MemoryMaxEntries < 0 {
 		bad("memory-max-entries", "%d is negative", o.MemoryMaxEntries)
@@ -574,6 +680,12 @@ func (o *Options) Validate() error {
 			bad("memcache-expiration-jitter", "%s is negative", mc.Jitter)
 		}
 	}
+	if o.LocalCacheSize < 0 || o.LocalCacheSize > 1<<40 {
+		bad("local-cache-size", "%d is outside [0, 1099511627776] bytes", o.LocalCacheSize)
+	}
+	if j := o.Redis.ExpirationJitter; j < 0 || j > 24*time.Hour {
+		bad("redis-expiration-jitter", "%s is outside [0, 24h]", j)
+	}
 	o.Stats.validate(bad)
 	return errors.Join(errs...)
 }
@@ -590,4 +702,34 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// durationFlag is a time.Duration flag whose parse errors say what a
+// duration looks like, where the flag package's own says only "parse
+// error".
+type durationFlag struct{ p *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.p == nil {
+		return "0s"
+	}
+	return f.p.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: write a number with a unit, such as 100ms, 2s or 1m30s", s)
+	}
+	*f.p = d
+	return nil
+}
+
+// durationVar defines a duration flag as fs.DurationVar does, with
+// durationFlag's errors.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	// The backquoted word names the value in -help, as "duration" for
+	// fs.DurationVar's flags.
+	fs.Var(durationFlag{p}, name, usage+" (a `duration` such as 250ms or 1m)")
 }

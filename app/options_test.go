@@ -30,3 +30,18 @@ func TestGRPCWorkersOption(t *testing.T) {
 		}
 	}
 }
+
+func TestABadDurationSaysWhatADurationLooksLike(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"--redis-timeout", "100"}},
+		{env: map[string]string{"SLUICE_REDIS_TIMEOUT": "100"}},
+	} {
+		_, err := app.ParseServe(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), `"100" is not a duration`) || !strings.Contains(err.Error(), "100ms") {
+			t.Errorf("%v %v: got %v, want an error saying what a duration looks like", tc.args, tc.env, err)
+		}
+	}
+}

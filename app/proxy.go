@@ -71,8 +71,8 @@ func ParseProxy(args []string, getenv func(string) string, out io.Writer) (Proxy
 	fs.StringVar(&p.Upstream, "upstream", p.Upstream, "upstream URL, e.g. http://127.0.0.1:9000")
 	fs.StringVar(&p.ConfigPath, "config", p.ConfigPath, "adaptive limiter config file (default: the seed's parameters)")
 	fs.StringVar(&p.DebugAddr, "debug-addr", p.DebugAddr, "debug listen address (/metrics, /debug/pprof/)")
-	fs.DurationVar(&p.UpstreamTimeout, "upstream-timeout", p.UpstreamTimeout, "longest wait for the upstream's response headers, 504 past it (0: no limit)")
-	fs.DurationVar(&p.Store.ShutdownTimeout, "shutdown-timeout", p.Store.ShutdownTimeout, "how long in-flight requests may finish after SIGINT/SIGTERM")
+	durationVar(fs, &p.UpstreamTimeout, "upstream-timeout", p.UpstreamTimeout, "longest wait for the upstream's response headers, 504 past it (0: no limit)")
+	durationVar(fs, &p.Store.ShutdownTimeout, "shutdown-timeout", p.Store.ShutdownTimeout, "how long in-flight requests may finish after SIGINT/SIGTERM")
 	fs.StringVar(&p.Store.LogLevel, "log-level", p.Store.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&p.Store.LogFormat, "log-format", p.Store.LogFormat, "log format: text or json")
 	addrs := p.Store.addStoreFlags(fs)
@@ -167,8 +167,10 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 	return &Proxy{
 		log:     log,
 		limiter: l,
-		server:  &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second},
-		debug:   &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second},
+		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		closeFn: closeFn,
 	}, nil
 }

@@ -126,3 +126,15 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal("the store was not closed")
 	}
 }
+
+func TestShutdownTwiceIsHarmless(t *testing.T) {
+	ta := start(t, map[string]string{"basic.yaml": basicConfig}, nil)
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := ta.Shutdown(ctx)
+		cancel()
+		if i == 0 && err != nil {
+			t.Fatalf("first Shutdown: %v", err)
+		}
+	}
+}

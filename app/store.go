@@ -84,7 +84,7 @@ func (a *App) newRedis() (store.Store, error) {
 	// The per-second Redis shares the main one's keys and clock. It
 	// registers no metrics: sluice_redis_* describe the main Redis, and
 	// the per-second one's failures show in the fallback's.
-	po.KeyPrefix, po.ClockServer, po.EnvoyCompatible = ro.KeyPrefix, ro.ClockServer, ro.EnvoyCompatible
+	po.KeyPrefix, po.ClockServer, po.EnvoyCompatible, po.ExpirationJitter = ro.KeyPrefix, ro.ClockServer, ro.EnvoyCompatible, ro.ExpirationJitter
 	po.Registerer = nil
 	perSecond, err := a.connectRedis(po, o.PerSecondRedis.Addrs, "the per-second Redis")
 	if err != nil {
@@ -111,6 +111,7 @@ func (a *App) redisOptions(r RedisOptions, flag string) (redis.Options, error) {
 		Registerer:      a.registry,
 		Clock:           a.clock,
 	}
+	ro.ExpirationJitter = r.ExpirationJitter
 	if r.PasswordFile != "" {
 		pw, err := os.ReadFile(r.PasswordFile)
 		if err != nil {

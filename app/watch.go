@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -197,9 +198,10 @@ func (a *App) watch() (func(), error) {
 			}
 		}
 	}()
-	return func() {
+	// Stopping twice (a second Shutdown) is harmless.
+	return sync.OnceFunc(func() {
 		close(done)
 		_ = fw.Close()
 		<-stopped
-	}, nil
+	}), nil
 }

@@ -74,3 +74,15 @@ func UntilDeadline(ctx context.Context) (time.Duration, bool) {
 	}
 	return time.Until(d), true
 }
+
+// Ended reports whether ctx is done: cancelled, or past its deadline. It
+// also catches a deadline that has passed a moment before the context's own
+// timer marks it done, which libraries that check deadlines themselves can
+// see first.
+func Ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	left, ok := UntilDeadline(ctx)
+	return ok && left <= 0
+}

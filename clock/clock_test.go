@@ -71,3 +71,25 @@ func TestUntilDeadline(t *testing.T) {
 		t.Errorf("an hour's deadline: got %s, %t; want just under an hour", left, ok)
 	}
 }
+
+func TestEnded(t *testing.T) {
+	t.Parallel()
+	if clock.Ended(context.Background()) {
+		t.Error("a background context: got ended, want not")
+	}
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if !clock.Ended(past) {
+		t.Error("a deadline in the past: got not ended, want ended")
+	}
+	c, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if !clock.Ended(c) {
+		t.Error("a cancelled context: got not ended, want ended")
+	}
+	later, cancel3 := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel3()
+	if clock.Ended(later) {
+		t.Error("an hour to go: got ended, want not")
+	}
+}

@@ -54,3 +54,38 @@ func BenchmarkSpend(b *testing.B) {
 	b.Run("serial", func(b *testing.B) { run(b, false) })
 	b.Run("parallel", func(b *testing.B) { run(b, true) })
 }
+
+// BenchmarkCount is the Envoy path, limiter.Count over the memory store,
+// on one fixed window, with the local cache off and on: "within" counts
+// windows that are never over; "over" floods one window over its limit,
+// which the cache answers without the store.
+func BenchmarkCount(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		opts  limiter.Options
+		limit int64
+	}{
+		{name: "within, no cache", limit: 1 << 62},
+		{name: "within, with the cache", opts: limiter.Options{LocalCacheBytes: 1 << 20}, limit: 1 << 62},
+		{name: "over, no cache", limit: 0},
+		{name: "over, with the cache", opts: limiter.Options{LocalCacheBytes: 1 << 20}, limit: 0},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := limiter.NewWithOptions(memory.New(memory.Options{}), clock.New(), bc.opts)
+			txns := []limiter.Transaction{{Key: "domain_key_value_", Window: limiter.Window{Limit: bc.limit, Length: time.Hour}, Cost: 1}}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				out := make([]limiter.Decision, 1)
+				in := make([]limiter.Transaction, 1)
+				for pb.Next() {
+					copy(in, txns)
+					if err := l.Count(ctx, in, out); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -88,14 +88,12 @@ func (l *Limiter) count(ctx context.Context, sc *Scratch, at time.Time, txns []T
 			return At(err, "transactions", "transaction", i)
 		}
 	}
+	if l.cache != nil || l.stopIncrement {
+		return l.countLocal(ctx, sc, at, txns, out)
+	}
 	if ops := sc.load(txns); len(ops) > 0 {
-		var err error
-		if _, _, dup := store.Duplicate(ops); dup {
-			err = l.rounds(ctx, at, ops, sc.results)
-		} else {
-			err = l.store.Do(ctx, at, store.Batch{Ops: ops}, sc.results)
-		}
-		if err != nil {
+		_, _, dup := store.Duplicate(ops)
+		if err := l.do(ctx, at, ops, sc.results, dup); err != nil {
 			return storeError("", err)
 		}
 	}
@@ -124,6 +122,26 @@ func validCount(t *Transaction) error {
 	return nil
 }
 
+// MaxOpsPerCall is the most operations Count sends to the store in one
+// call: a larger request is split into calls of at most this many, one
+// after another, so that no single Redis script or pipeline holds the
+// server for more than a few milliseconds (Envoy's windows are counted one
+// by one, so the split changes no answer).
+const MaxOpsPerCall = 256
+
+// chunked applies ops (no bucket twice) at at in calls of at most
+// MaxOpsPerCall operations.
+func (l *Limiter) chunked(ctx context.Context, at time.Time, ops []store.Op, results []store.Result) error {
+	for len(ops) > 0 {
+		n := min(len(ops), MaxOpsPerCall)
+		if err := l.store.Do(ctx, at, store.Batch{Ops: ops[:n]}, results[:n]); err != nil {
+			return err
+		}
+		ops, results = ops[n:], results[n:]
+	}
+	return nil
+}
+
 // rounds applies ops, some of which name one bucket, in rounds: round k
 // holds the k-th operation on each bucket.
 func (l *Limiter) rounds(ctx context.Context, at time.Time, ops []store.Op, results []store.Result) error {
@@ -147,7 +165,7 @@ func (l *Limiter) rounds(ctx context.Context, at time.Time, ops []store.Op, resu
 				batch = append(batch, ops[i])
 			}
 		}
-		if err := l.store.Do(ctx, at, store.Batch{Ops: batch}, out[:len(batch)]); err != nil {
+		if err := l.chunked(ctx, at, batch, out[:len(batch)]); err != nil {
 			return err
 		}
 		for k, i := range idx {

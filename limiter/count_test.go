@@ -212,3 +212,40 @@ func (downStore) Do(context.Context, time.Time, store.Batch, []store.Result) err
 }
 func (downStore) Ping(context.Context) error { return store.ErrUnavailable }
 func (downStore) Close() error               { return nil }
+
+// callCountingStore counts the store calls and the largest batch.
+type callCountingStore struct {
+	store.Store
+	calls, largest int
+}
+
+func (c *callCountingStore) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
+	c.calls++
+	c.largest = max(c.largest, len(b.Ops))
+	return c.Store.Do(ctx, now, b, out)
+}
+
+func TestCountSplitsLargeRequestsIntoBoundedStoreCalls(t *testing.T) {
+	t.Parallel()
+	cs := &callCountingStore{Store: memory.New(memory.Options{})}
+	l := limiter.New(cs, clock.NewFake(storetest.Base()))
+	n := 2*limiter.MaxOpsPerCall + 10
+	txns := make([]limiter.Transaction, n)
+	for i := range txns {
+		txns[i] = limiter.Transaction{Key: fmt.Sprint("k", i%(n-5)), Window: limiter.Window{Limit: 1, Length: time.Minute}, Cost: 1}
+	}
+	out := make([]limiter.Decision, n)
+	if err := l.Count(context.Background(), txns, out); err != nil {
+		t.Fatal(err)
+	}
+	if cs.largest > limiter.MaxOpsPerCall {
+		t.Errorf("got a store call of %d operations, want at most %d", cs.largest, limiter.MaxOpsPerCall)
+	}
+	// Each of the first n-5 keys counted once (allowed); the last 5
+	// repeat the first 5 keys (over).
+	for i := range out {
+		if want := i < n-5; out[i].Allowed != want {
+			t.Fatalf("transaction %d: got allowed %t, want %t", i, out[i].Allowed, want)
+		}
+	}
+}

@@ -71,3 +71,27 @@ func ExampleForBucket() {
 	// 3:12345678 true 0 30m0s
 	// 3:12345678 false 0 30m0s
 }
+
+// ExampleNewWithOptions turns on the local over-limit cache: once a window
+// is over its limit, Count answers it from memory until the window ends.
+func ExampleNewWithOptions() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := limiter.NewWithOptions(memory.New(memory.Options{}), clk, limiter.Options{LocalCacheBytes: 1 << 20})
+	ctx := context.Background()
+	twoPerMinute := limiter.Transaction{Key: "edge_remote_address_192.0.2.1_", Window: limiter.Window{Limit: 2, Length: time.Minute}, Cost: 1}
+
+	out := make([]limiter.Decision, 1)
+	for range 4 {
+		_ = l.Count(ctx, []limiter.Transaction{twoPerMinute}, out)
+		fmt.Println(out[0].Allowed, out[0].Cached, out[0].ResetIn)
+	}
+	clk.Add(time.Minute)
+	_ = l.Count(ctx, []limiter.Transaction{twoPerMinute}, out)
+	fmt.Println(out[0].Allowed, out[0].Cached)
+	// Output:
+	// true false 1m0s
+	// true false 1m0s
+	// false false 1m0s
+	// false true 1m0s
+	// true false
+}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/store"
 )
 
@@ -136,7 +137,9 @@ type Decision struct {
 	// transaction.
 	Count int64
 	// Cached reports a decision answered from the limiter's local
-	// over-limit cache, without a store round trip (always denied).
+	// over-limit cache, without a store round trip (always denied; see
+	// Options.LocalCacheBytes). A cached window's Count is the count last
+	// seen plus the transaction's hits.
 	Cached bool
 	// Index is the transaction of the batch this decision came from, or -1
 	// when no checked transaction applied a limit.
@@ -150,9 +153,13 @@ var allowedDecision = Decision{Allowed: true, Remaining: math.MaxInt64, Index: -
 type Limiter struct {
 	store store.Store
 	clock clock.Clock
+	cache *overLimitCache // nil when off
+	// stopIncrement: Options.StopIncrementWhenOverLimit.
+	stopIncrement bool
 }
 
-// New returns a Limiter over s, telling time by c.
+// New returns a Limiter over s, telling time by c; NewWithOptions takes
+// optional settings too.
 func New(s store.Store, c clock.Clock) *Limiter {
 	return &Limiter{store: s, clock: c}
 }
@@ -288,8 +295,8 @@ func duplicate(before []Transaction, t *Transaction, i int) error {
 		}
 		msg := fmt.Sprintf("duplicate bucket: transactions %d and %d are both for bucket %s; a batch may name each bucket once", j, i, t.Key)
 		if t.Name != "" {
-			msg = fmt.Sprintf("duplicate bucket: transactions %d and %d (%s %q and %q) are both for bucket %s; a batch may name each bucket once",
-				j, i, t.Name, before[j].ID, t.ID, t.Key)
+			msg = fmt.Sprintf("duplicate bucket: transactions %d and %d (%s %s and %s) are both for bucket %s; a batch may name each bucket once",
+				j, i, t.Name, limits.Quote(before[j].ID), limits.Quote(t.ID), t.Key)
 		}
 		return &Error{Kind: Invalid, Field: fmt.Sprintf("transactions[%d].id", i), Msg: msg, Err: ErrDuplicateBucket}
 	}
@@ -305,7 +312,7 @@ func describe(t *Transaction) string {
 	case t.ID == "":
 		return t.Name
 	}
-	return fmt.Sprintf("%s %q", t.Name, t.ID)
+	return t.Name + " " + limits.Quote(t.ID)
 }
 
 // Batch applies txns all-or-nothing and returns the batch's decision and one
@@ -345,6 +352,9 @@ func (l *Limiter) Batch(ctx context.Context, txns []Transaction) (Decision, []De
 type Scratch struct {
 	ops     []store.Op
 	results []store.Result
+	// With the local cache or StopIncrementWhenOverLimit (see countLocal):
+	idx []int      // the transaction of each op
+	pre []store.Op // the peeks before counting
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
@@ -364,13 +374,14 @@ func sized[T any](a []T, n int) []T {
 // Reset drops what the arrays refer to and reports whether they are small
 // enough to keep for reuse; when not, it lets them go.
 func (sc *Scratch) Reset() bool {
-	if max(cap(sc.ops), cap(sc.results)) > maxScratch {
-		sc.ops, sc.results = nil, nil
+	if max(cap(sc.ops), cap(sc.results), cap(sc.idx), cap(sc.pre)) > maxScratch {
+		sc.ops, sc.results, sc.idx, sc.pre = nil, nil, nil, nil
 		return false
 	}
 	clear(sc.ops) // what the call used: the rest is already clear
 	clear(sc.results)
-	sc.ops, sc.results = sc.ops[:0], sc.results[:0]
+	clear(sc.pre)
+	sc.ops, sc.results, sc.idx, sc.pre = sc.ops[:0], sc.results[:0], sc.idx[:0], sc.pre[:0]
 	return true
 }
 
@@ -433,6 +444,14 @@ func (l *Limiter) apply(ctx context.Context, txns []Transaction, each []Decision
 	what := "apply batch: "
 	if !allOrNothing {
 		what = "apply refund: "
+	}
+	if l.cache != nil {
+		// A refund or reset may bring a bucket back under its limit.
+		for i := range txns {
+			if k := txns[i].Kind; k == RefundBucket || k == ResetBucket {
+				l.cache.forget(txns[i].Key)
+			}
+		}
 	}
 	sc := scratchPool.Get().(*Scratch)
 	defer sc.release()

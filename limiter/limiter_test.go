@@ -39,16 +39,23 @@ var backends = []backend{
 	}},
 }
 
-// forEachBackend runs fn once per backend with a fresh limiter and fake clock.
+// forEachBackend runs fn once per backend with a fresh limiter and fake
+// clock, and once more per backend with the local over-limit cache on:
+// the answers must not change.
 func forEachBackend(t *testing.T, fn func(t *testing.T, l *limiter.Limiter, clk *clock.Fake)) {
 	t.Helper()
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			s := b.newStore(t)
-			t.Cleanup(func() { _ = s.Close() })
-			clk := clock.NewFake(storetest.Base())
-			fn(t, limiter.New(s, clk), clk)
-		})
+		for _, o := range []struct {
+			name string
+			opts limiter.Options
+		}{{"", limiter.Options{}}, {" with the local cache", withCache}} {
+			t.Run(b.name+o.name, func(t *testing.T) {
+				s := b.newStore(t)
+				t.Cleanup(func() { _ = s.Close() })
+				clk := clock.NewFake(storetest.Base())
+				fn(t, limiter.NewWithOptions(s, clk, o.opts), clk)
+			})
+		}
 	}
 }
 

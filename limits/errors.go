@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/internal/yamlconf"
@@ -104,9 +105,27 @@ type IDError struct {
 	Rule string // the rule broken, such as "must be a /48 IPv6 range"
 }
 
-// Error returns `invalid id "…" for Name: rule`.
+// Error returns `invalid id "…" for Name: rule`, the id shortened as
+// Quote does.
 func (e *IDError) Error() string {
-	return "invalid id " + strconv.Quote(e.ID) + " for " + e.Name + ": " + e.Rule
+	return "invalid id " + Quote(e.ID) + " for " + e.Name + ": " + e.Rule
+}
+
+// MaxQuoted is the most bytes of a caller's text Quote keeps.
+const MaxQuoted = 128
+
+// Quote quotes s for an error message, as strconv.Quote does, shortened
+// to its first MaxQuoted bytes (and their count) when longer, so that a
+// message never echoes a megabyte a caller sent.
+func Quote(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // Unwrap returns ErrInvalidID.

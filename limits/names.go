@@ -210,7 +210,7 @@ type NameError struct {
 
 // Error says which name is unknown and what names are accepted.
 func (e *NameError) Error() string {
-	return fmt.Sprintf("unknown limit name %q: want a built-in name or one matching ^[A-Z][A-Za-z0-9]*Per(IPAddress|IPv6Range|Account|Domain|FQDNSet|DomainPerAccount|FQDNSetPerAccount)$", e.Name)
+	return fmt.Sprintf("unknown limit name %s: want a built-in name or one matching ^[A-Z][A-Za-z0-9]*Per(IPAddress|IPv6Range|Account|Domain|FQDNSet|DomainPerAccount|FQDNSetPerAccount)$", Quote(e.Name))
 }
 
 // Unwrap returns ErrUnknownName.

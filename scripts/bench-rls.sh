@@ -89,7 +89,7 @@ names=() addrs=() spids=()
 serve_sluice() { # name port [flags...]
   local name=$1 port=$2
   shift 2
-  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/bench --grpc-addr "127.0.0.1:$port" \
+  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/config --grpc-addr "127.0.0.1:$port" \
     --http-addr "127.0.0.1:$((port - 1))" --debug-addr off --log-level warn "$@" &
   pids+=($!)
   names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
@@ -101,7 +101,7 @@ serve_sluice "sluice redis" 48083 --store redis --redis-addr "127.0.0.1:$REDIS_P
 serve_sluice "sluice redis lua" 48085 --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false
 if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   mkdir -p "$work/runtime/ratelimit/config"
-  cp examples/bench/bench.yaml "$work/runtime/ratelimit/config/"
+  cp examples/config/bench.yaml "$work/runtime/ratelimit/config/"
   USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
     RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
     PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &

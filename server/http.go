@@ -13,7 +13,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluice-rl/sluice/internal/tracing"
 )
 
 // MaxBodyBytes bounds a request body on the HTTP API: 1 MiB.
@@ -31,7 +35,7 @@ func JSONHandler(rls *RLS) http.Handler {
 		rls.opts.Logger.Debug("json request refused", "status", code, "err", err)
 		http.Error(w, http.StatusText(code), code)
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(w, r)
 		if err != nil {
 			fail(w, http.StatusBadRequest, err)
@@ -62,7 +66,52 @@ func JSONHandler(rls *RLS) http.Handler {
 		}
 		_, _ = w.Write(out)
 	})
+	if t := rls.opts.Tracer; t != nil {
+		return traceHTTP(t, jsonSpan, h)
+	}
+	return h
 }
+
+// jsonSpan is the name of a /json call's span.
+const jsonSpan = "ShouldRateLimit /json"
+
+// traceHTTP runs h in a span named name that continues the caller's trace
+// and records the answer's status.
+func traceHTTP(t *tracing.Tracer, name string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := t.StartHTTP(r, name)
+		defer span.End()
+		h.ServeHTTP(&statusRecorder{ResponseWriter: w, span: span}, r.WithContext(ctx))
+	})
+}
+
+// statusRecorder records the status of a traced HTTP answer on its span.
+type statusRecorder struct {
+	http.ResponseWriter
+	span        trace.Span
+	wroteHeader bool
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if !w.wroteHeader && w.span.IsRecording() {
+		w.wroteHeader = true
+		w.span.SetAttributes(tracing.KeyHTTPStatus.Int(code))
+		if code >= http.StatusBadRequest && code != http.StatusTooManyRequests {
+			w.span.SetStatus(codes.Error, http.StatusText(code))
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if !w.wroteHeader && w.span.IsRecording() {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // readBody reads a non-empty body of at most MaxBodyBytes.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {

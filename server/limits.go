@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 )
@@ -32,6 +35,9 @@ type KVOptions struct {
 	Registerer prometheus.Registerer
 	// Logger for internal errors; default slog.Default().
 	Logger *slog.Logger
+	// Tracer starts a span per call, continuing the caller's trace; nil
+	// (tracing off) starts none and costs nothing.
+	Tracer *tracing.Tracer
 }
 
 // KV serves the key-value limits API, sluice.v1.Limits, over gRPC; wrap it
@@ -45,6 +51,7 @@ type KV struct {
 	limits  func() *limits.Set
 	log     *slog.Logger
 	metrics *kvMetrics
+	tracer  *tracing.Tracer
 }
 
 var _ sluicev1.LimitsServer = (*KV)(nil)
@@ -63,7 +70,7 @@ func NewKV(o KVOptions) *KV {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer)}
+	return &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer}
 }
 
 // The key-value calls, as metric label values.
@@ -245,9 +252,19 @@ func (kv *KV) Reset(ctx context.Context, req *sluicev1.Request) (*sluicev1.Decis
 
 // single answers one transaction over gRPC.
 func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req *sluicev1.Request) (*sluicev1.Decision, error) {
+	var span trace.Span
+	if kv.tracer != nil {
+		ctx, span = kv.tracer.StartGRPC(ctx, kvSpanName(method, false))
+	}
 	d, b, err := kv.decide(ctx, method, kvTxn{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind})
 	if err != nil {
-		return nil, grpcError(err)
+		err = grpcError(err)
+	}
+	if span != nil {
+		tracing.End(span, err, tracing.KeyLimitName.String(req.GetName()), tracing.KeyAllowed.Bool(d.Allowed), tracing.KeyGRPCStatus.Int(int(status.Code(err))))
+	}
+	if err != nil {
+		return nil, err
 	}
 	return decisionProto(d, b), nil
 }
@@ -255,6 +272,37 @@ func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req 
 // Batch implements sluicev1.LimitsServer: it applies the transactions all or
 // nothing and answers the strictest decision plus one per transaction.
 func (kv *KV) Batch(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
+	if kv.tracer != nil {
+		var span trace.Span
+		ctx, span = kv.tracer.StartGRPC(ctx, kvSpanName(methodBatch, false))
+		resp, err := kv.batchGRPC(ctx, req)
+		tracing.End(span, err, tracing.KeyTransactions.Int(len(req.GetTransactions())),
+			tracing.KeyAllowed.Bool(resp.GetDecision().GetAllowed()), tracing.KeyGRPCStatus.Int(int(status.Code(err))))
+		return resp, err
+	}
+	return kv.batchGRPC(ctx, req)
+}
+
+// kvSpanName is the name of a key-value call's span: its full gRPC method,
+// or its HTTP method and path.
+func kvSpanName(method string, http bool) string {
+	switch {
+	case http:
+		return "POST /v1/" + method
+	case method == methodCheck:
+		return "sluice.v1.Limits/Check"
+	case method == methodSpend:
+		return "sluice.v1.Limits/Spend"
+	case method == methodRefund:
+		return "sluice.v1.Limits/Refund"
+	case method == methodReset:
+		return "sluice.v1.Limits/Reset"
+	}
+	return "sluice.v1.Limits/Batch"
+}
+
+// batchGRPC is Batch.
+func (kv *KV) batchGRPC(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
 	in := req.GetTransactions()
 	txns := make([]kvTxn, len(in))
 	for i, t := range in {

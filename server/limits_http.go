@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 )
@@ -47,6 +50,9 @@ func KVHTTPHandler(kv *KV) http.Handler {
 				return nil, limiter.Decision{}, err
 			}
 			d, b, err := kv.decide(r.Context(), method, kvTxn{name: req.Name, id: req.ID, cost: req.Cost, kind: kind})
+			if kv.tracer != nil {
+				tracing.Annotate(trace.SpanFromContext(r.Context()), err, tracing.KeyLimitName.String(req.Name), tracing.KeyAllowed.Bool(d.Allowed))
+			}
 			if err != nil {
 				return nil, limiter.Decision{}, err
 			}
@@ -54,11 +60,17 @@ func KVHTTPHandler(kv *KV) http.Handler {
 		})
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", single(methodCheck, limiter.CheckOnly))
-	mux.Handle("/v1/spend", single(methodSpend, limiter.CheckAndSpend))
-	mux.Handle("/v1/refund", single(methodRefund, limiter.RefundBucket))
-	mux.Handle("/v1/reset", single(methodReset, limiter.ResetBucket))
-	mux.Handle("/v1/batch", kvHandler(true, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
+	handle := func(method string, h http.Handler) {
+		if kv.tracer != nil {
+			h = traceHTTP(kv.tracer, kvSpanName(method, true), h)
+		}
+		mux.Handle("/v1/"+method, h)
+	}
+	handle(methodCheck, single(methodCheck, limiter.CheckOnly))
+	handle(methodSpend, single(methodSpend, limiter.CheckAndSpend))
+	handle(methodRefund, single(methodRefund, limiter.RefundBucket))
+	handle(methodReset, single(methodReset, limiter.ResetBucket))
+	handle(methodBatch, kvHandler(true, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
 		var req kvBatchRequest
 		if err := decodeStrict(body, &req); err != nil {
 			return nil, limiter.Decision{}, err
@@ -73,6 +85,9 @@ func KVHTTPHandler(kv *KV) http.Handler {
 			txns[i].kind = k
 		}
 		a, err := kv.decideBatch(r.Context(), txns)
+		if kv.tracer != nil {
+			tracing.Annotate(trace.SpanFromContext(r.Context()), err, tracing.KeyTransactions.Int(len(txns)), tracing.KeyAllowed.Bool(a.decision.Allowed))
+		}
 		if err != nil {
 			return nil, limiter.Decision{}, err
 		}

@@ -23,6 +23,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 )
 
@@ -64,7 +66,30 @@ type RLSOptions struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// Logger for request errors; default slog.Default().
 	Logger *slog.Logger
+	// IgnoreRequestLimits counts every descriptor against the configured
+	// rules, ignoring a limit the request carries (a caller could raise
+	// its own limit with one). IgnoreNegativeHits counts is_negative_hits
+	// descriptors as hits, as envoyproxy/ratelimit does, rather than
+	// giving hits back (a caller could empty its own counter). Both
+	// default to false: the request's fields are honoured.
+	IgnoreRequestLimits, IgnoreNegativeHits bool
+	// Caps on a request, checked before any store work; a request past
+	// one is InvalidArgument naming it. MaxDescriptors bounds the
+	// descriptors of a request (default 1000), MaxEntries the entries of a
+	// descriptor (default 64), MaxEntryBytes the length of an entry's key
+	// or value (default 4096). No request an Envoy sends comes near them.
+	MaxDescriptors, MaxEntries, MaxEntryBytes int
+	// Tracer starts a span per call, continuing the caller's trace; nil
+	// (tracing off) starts none and costs nothing.
+	Tracer *tracing.Tracer
 }
+
+// Default request caps; see RLSOptions.
+const (
+	DefaultMaxDescriptors = 1000
+	DefaultMaxEntries     = 64
+	DefaultMaxEntryBytes  = 4096
+)
 
 // RLS answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 // as envoyproxy/ratelimit does. Create it with NewRLS and give it a
@@ -100,6 +125,15 @@ func NewRLS(o RLSOptions) *RLS {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MaxDescriptors <= 0 {
+		o.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
+	if o.MaxEntryBytes <= 0 {
+		o.MaxEntryBytes = DefaultMaxEntryBytes
+	}
 	return &RLS{opts: o}
 }
 
@@ -128,6 +162,11 @@ type check struct {
 
 // ShouldRateLimit implements RateLimitServiceServer.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if t := s.opts.Tracer; t != nil {
+		var span trace.Span
+		ctx, span = t.StartGRPC(ctx, rlsMethod)
+		defer span.End()
+	}
 	resp, err := s.serve(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
@@ -135,8 +174,12 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	return resp, nil
 }
 
-// serve answers req for either edge (gRPC or /json), timing it and logging
-// internal errors.
+// rlsMethod is the full gRPC method of ShouldRateLimit, its span's name.
+const rlsMethod = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// serve answers req for either edge (gRPC or /json), timing it, logging
+// internal errors and, when tracing, recording the outcome on ctx's span
+// (the edge's, which the edge ends).
 func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := s.opts.Clock.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
@@ -150,6 +193,15 @@ func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.Ra
 	if m := s.opts.Metrics; m != nil {
 		m.observeRequest(s.opts.Clock.Now().Sub(start), code)
 	}
+	if s.opts.Tracer != nil {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			if resp != nil {
+				span.SetAttributes(tracing.KeyOverallCode.String(resp.GetOverallCode().String()))
+			}
+			tracing.Annotate(span, err, tracing.KeyDomain.String(req.GetDomain()), tracing.KeyDescriptors.Int(len(req.GetDescriptors())),
+				tracing.KeyGRPCStatus.Int(int(code)))
+		}
+	}
 	return resp, err
 }
 
@@ -159,6 +211,9 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, invalidRequest("descriptors", "rate limit descriptor list must not be empty")
+	}
+	if err := s.checkCaps(req); err != nil {
+		return nil, err
 	}
 	cfg := s.config.Load()
 	domain := req.GetDomain()
@@ -194,11 +249,11 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			return nil, invalidRequest(fmt.Sprintf("descriptors[%d].hits_addend", i),
 				"descriptor %d: hits_addend %d is too large, must be at most %d", i, c.hits, int64(math.MaxInt64))
 		}
-		c.negative = d.GetIsNegativeHits()
+		c.negative = d.GetIsNegativeHits() && !s.opts.IgnoreNegativeHits
 		if !known {
 			continue
 		}
-		if o := d.GetLimit(); o != nil {
+		if o := d.GetLimit(); o != nil && !s.opts.IgnoreRequestLimits {
 			// A request's own limit replaces the configured one, as in
 			// envoyproxy/ratelimit, for a known domain.
 			r, err := descriptors.Override(domain, c.entries, int32(o.GetUnit()), o.GetRequestsPerUnit(), o.GetUnitMultiplier().GetValue(), o.GetUnitMultiplier() != nil)
@@ -257,6 +312,26 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		resp.DynamicMetadata = dynamicMetadata(req, checks)
 	}
 	return resp, nil
+}
+
+// checkCaps refuses a request past the caps of RLSOptions, naming the cap
+// and its flag, before any work is done for it.
+func (s *RLS) checkCaps(req *rlsv3.RateLimitRequest) error {
+	o := &s.opts
+	if n := len(req.GetDescriptors()); n > o.MaxDescriptors {
+		return invalidRequest("descriptors", "the request has %d descriptors, more than the %d allowed (--max-descriptors)", n, o.MaxDescriptors)
+	}
+	for i, d := range req.GetDescriptors() {
+		if n := len(d.GetEntries()); n > o.MaxEntries {
+			return invalidRequest(fmt.Sprintf("descriptors[%d].entries", i), "descriptor %d has %d entries, more than the %d allowed (--max-descriptor-entries)", i, n, o.MaxEntries)
+		}
+		for j, e := range d.GetEntries() {
+			if n := max(len(e.GetKey()), len(e.GetValue())); n > o.MaxEntryBytes {
+				return invalidRequest(fmt.Sprintf("descriptors[%d].entries[%d]", i, j), "descriptor %d entry %d has a key or value of %d bytes, more than the %d allowed (--max-descriptor-entry-bytes)", i, j, n, o.MaxEntryBytes)
+			}
+		}
+	}
+	return nil
 }
 
 // scratch holds a request's working arrays, which are reused from request

@@ -174,6 +174,24 @@ func (op *Op) Validate() error {
 	return nil
 }
 
+// Check returns the error, wrapping ErrBadBatch, with which every store
+// refuses b: out shorter than the batch, an invalid operation (see
+// Op.Validate), a bucket named twice.
+func (b Batch) Check(out []Result) error {
+	if len(out) < len(b.Ops) {
+		return fmt.Errorf("%w: %d results for %d operations", ErrBadBatch, len(out), len(b.Ops))
+	}
+	for i := range b.Ops {
+		if err := b.Ops[i].Validate(); err != nil {
+			return err
+		}
+	}
+	if _, i, dup := Duplicate(b.Ops); dup {
+		return fmt.Errorf("%w: bucket %q named twice", ErrBadBatch, b.Ops[i].Key)
+	}
+	return nil
+}
+
 // Duplicate reports the first operation of ops whose bucket an earlier one
 // names too: the indexes of both, and ok. It costs O(n) for large batches.
 func Duplicate(ops []Op) (first, second int, ok bool) {

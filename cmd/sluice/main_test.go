@@ -576,3 +576,13 @@ func TestServeFromAnEnvoyEnvironmentDrainsOnSIGTERM(t *testing.T) {
 		t.Fatal("serve did not exit after the drain")
 	}
 }
+
+func TestHelpNamesTheEnvironmentAndTheDocs(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"serve", "--help"}} {
+		code, out, errOut := runCmd(args...)
+		text := out + errOut
+		if code != 0 || !strings.Contains(text, "SLUICE_GRPC_ADDR") || !strings.Contains(text, "docs/configuration.md") || !strings.Contains(text, "REDIS_URL") {
+			t.Errorf("%v: got exit %d and %q, want 0 and the environment variables and docs named", args, code, text)
+		}
+	}
+}

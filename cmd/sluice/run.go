@@ -16,7 +16,17 @@ commands:
   proxy     run the adaptive reverse proxy
   check     validate configuration files
   bench     measure decisions per second
+  query     ask a rate limit service once and print its answer
   version   print the version
+
+"sluice <command> --help" lists a command's flags. Every flag of serve and
+proxy also reads an environment variable, SLUICE_ and the flag's name in
+capitals (--grpc-addr is SLUICE_GRPC_ADDR); serve also reads
+envoyproxy/ratelimit's variables (REDIS_URL, RUNTIME_ROOT, ...). A flag
+wins over its SLUICE_ variable, which wins over envoyproxy/ratelimit's.
+
+Docs: README.md, docs/configuration.md (every flag and variable),
+docs/envoy.md, docs/limits.md, docs/adaptive.md, docs/redis.md.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -34,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return proxy(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "query":
+		return query(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -14,6 +14,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Options configure a run of `sluice bench`, a closed-loop load generator
@@ -31,7 +33,7 @@ import (
 // defaults from ParseOptions.
 type Options struct {
 	Addr        string        // gRPC address of the server; default 127.0.0.1:8081
-	Domain      string        // default "bench" (examples/bench/bench.yaml)
+	Domain      string        // default "bench" (examples/config/bench.yaml)
 	Descriptors int           // descriptors per request, keys k0..k{n-1}; default 1
 	Concurrency int           // concurrent callers; default 16
 	Conns       int           // gRPC connections shared by the callers; default 4
@@ -43,6 +45,9 @@ type Options struct {
 	// generator takes little from the server it measures on a shared
 	// machine; or "grpc": grpc-go's client, about four times the cost.
 	Client string
+	// AllowUnlimited runs even when the server knows no limit for the
+	// requests (see ErrNoLimit).
+	AllowUnlimited bool
 }
 
 // Result is what a run measured.
@@ -70,6 +75,7 @@ func ParseOptions(args []string, out io.Writer) (Options, error) {
 	fs.DurationVar(&b.Warmup, "warmup", b.Warmup, "unmeasured warm-up time")
 	fs.IntVar(&b.Keys, "keys", b.Keys, "distinct values per descriptor key")
 	fs.StringVar(&b.Client, "client", b.Client, "gRPC client: h2 (minimal, cheap) or grpc (grpc-go)")
+	fs.BoolVar(&b.AllowUnlimited, "allow-unlimited", b.AllowUnlimited, "run even when the server knows no limit for the requests (every call a no-op)")
 	if err := fs.Parse(args); err != nil {
 		return b, err
 	}
@@ -111,6 +117,9 @@ func Run(ctx context.Context, b Options) (Result, error) {
 			}})
 		}
 		reqs[i] = r
+	}
+	if err := probe(ctx, b, reqs[0]); err != nil {
+		return Result{}, err
 	}
 	callers, closeAll, err := dialCallers(ctx, b, reqs)
 	if err != nil {
@@ -196,6 +205,57 @@ type caller func(ctx context.Context, i int) (over bool, err error)
 
 // shouldRateLimitMethod is the RLS method's HTTP/2 path.
 const shouldRateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// ErrNoLimit reports a server that knows no limit for the requests a run
+// would send: every call would be a no-op, and the figures meaningless.
+var ErrNoLimit = errors.New("the server knows no limit for these requests")
+
+// probe asks the server once about req, peeking (each descriptor's
+// hits_addend 0, which counts nothing on Sluice and on
+// envoyproxy/ratelimit), and refuses a server that answers with no limit
+// on any descriptor (an unknown domain, or keys no rule matches), unless
+// b.AllowUnlimited.
+func probe(ctx context.Context, b Options, req *rlsv3.RateLimitRequest) error {
+	req = proto.Clone(req).(*rlsv3.RateLimitRequest)
+	for _, d := range req.Descriptors {
+		d.HitsAddend = wrapperspb.UInt64(0)
+	}
+	cc, err := grpc.NewClient(b.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", b.Addr, err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
+	if err != nil {
+		return fmt.Errorf("first call to %s: %w", b.Addr, err)
+	}
+	for _, st := range resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil {
+			return nil
+		}
+	}
+	if b.AllowUnlimited {
+		return nil
+	}
+	return fmt.Errorf("%w: %s answered domain %q, %s with no limit, so every call would only measure a no-op; "+
+		"serve a config that limits them (the quick start's examples/config has domain bench with keys k0..k4), "+
+		"pass --domain, or --allow-unlimited to measure anyway", ErrNoLimit, b.Addr, b.Domain, describeRequest(req))
+}
+
+// describeRequest writes a request's descriptors as k=v pairs.
+func describeRequest(req *rlsv3.RateLimitRequest) string {
+	var parts []string
+	for _, d := range req.GetDescriptors() {
+		var kv []string
+		for _, e := range d.GetEntries() {
+			kv = append(kv, e.GetKey()+"="+e.GetValue())
+		}
+		parts = append(parts, strings.Join(kv, ","))
+	}
+	return "descriptors " + strings.Join(parts, " ")
+}
 
 // dialCallers opens b.Conns connections with b.Client's client and
 // returns a caller per connection and a function closing them all.

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -50,7 +51,7 @@ func startSluice(t *testing.T, cfg string, tweak func(*app.Options)) *app.App {
 }
 
 func TestBenchAgainstARunningServer(t *testing.T) {
-	cfg, err := os.ReadFile("../../examples/bench/bench.yaml")
+	cfg, err := os.ReadFile("../../examples/config/bench.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +73,28 @@ func TestBenchAgainstARunningServer(t *testing.T) {
 	body := getBody(t, "http://"+a.DebugAddr()+"/metrics")
 	if want := "sluice_ratelimit_requests_total{code=\"OK\"}"; !strings.Contains(body, want) {
 		t.Fatalf("metrics lack %s", want)
+	}
+}
+
+// A server that knows no limit for the requests is refused: every call
+// would be a no-op. --allow-unlimited measures it anyway.
+func TestBenchRefusesAServerWithoutTheLimits(t *testing.T) {
+	a := startSluice(t, "domain: other\ndescriptors:\n  - {key: k0, rate_limit: {unit: second, requests_per_unit: 5}}\n", nil)
+	o, err := bench.ParseOptions([]string{"--addr", a.GRPCAddr(), "--duration", "100ms", "--warmup", "0s", "--concurrency", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bench.Run(context.Background(), o)
+	if !errors.Is(err, bench.ErrNoLimit) || !strings.Contains(err.Error(), `domain "bench"`) {
+		t.Fatalf("unknown domain: got %v, want ErrNoLimit naming the domain", err)
+	}
+	o.AllowUnlimited = true
+	if r, err := bench.Run(context.Background(), o); err != nil || r.Calls == 0 {
+		t.Fatalf("--allow-unlimited: got %s, %v; want calls measured", r, err)
+	}
+	o.AllowUnlimited, o.Domain = false, "other"
+	if r, err := bench.Run(context.Background(), o); err != nil || r.Calls == 0 {
+		t.Fatalf("--domain other: got %s, %v; want calls measured", r, err)
 	}
 }
 

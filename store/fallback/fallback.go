@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/store"
 )
 
@@ -169,9 +170,11 @@ func (s *Store) Healthy() bool { return s.healthy.Load() }
 func (s *Store) Policy() Policy { return s.policy }
 
 // Do sends b to the primary while it is healthy. When the primary fails
-// with an error wrapping store.ErrUnavailable or a deadline, or is already
-// marked down, Do answers by the policy; other errors (store.ErrBadBatch)
-// are returned as they are. A bad batch is refused with store.ErrBadBatch
+// with an error wrapping store.ErrUnavailable or its own deadline, or is
+// already marked down, Do answers by the policy; other errors
+// (store.ErrBadBatch) are returned as they are. A call whose own context
+// ends first (the caller's deadline or cancellation) is answered by the
+// policy, alone: it never marks the primary down. A bad batch is refused with store.ErrBadBatch
 // under every policy, the primary down or not.
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
 	if !s.healthy.Load() {
@@ -186,6 +189,14 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	err := s.primary.Do(pctx, now, b, out)
 	if err == nil {
 		return nil
+	}
+	if clock.Ended(ctx) {
+		// The caller's own deadline or cancellation, checked before
+		// anything else: this call is answered by the policy, alone. It
+		// says nothing about the primary, which stays up for everyone
+		// else, even though the primary (store/redis) reports a cut-short
+		// call as unavailable.
+		return s.fallBack(ctx, now, b, out, err)
 	}
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
@@ -205,7 +216,7 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 // batch no store accepts is refused with store.ErrBadBatch first, as the
 // primary would refuse it, whatever the policy.
 func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out []store.Result, cause error) error {
-	if err := check(b, out); err != nil {
+	if err := b.Check(out); err != nil {
 		return err
 	}
 	s.m.answers.Inc()
@@ -231,23 +242,6 @@ func (s *Store) fallBack(ctx context.Context, now time.Time, b store.Batch, out 
 		cause = fmt.Errorf("%w: %w", store.ErrUnavailable, cause)
 	}
 	return cause
-}
-
-// check returns the error, wrapping store.ErrBadBatch, with which every
-// store refuses b: a short out, an invalid operation, a bucket named twice.
-func check(b store.Batch, out []store.Result) error {
-	if len(out) < len(b.Ops) {
-		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(b.Ops))
-	}
-	for i := range b.Ops {
-		if err := b.Ops[i].Validate(); err != nil {
-			return err
-		}
-	}
-	if _, i, dup := store.Duplicate(b.Ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, b.Ops[i].Key)
-	}
-	return nil
 }
 
 // markDown records the primary as unavailable and starts the probe.

@@ -373,3 +373,47 @@ func TestBadBatchesAreRefusedWhileDown(t *testing.T) {
 		}
 	}
 }
+
+// A caller whose own deadline is too short for a healthy Redis fails
+// alone: the primary is not marked down, and the callers after it are
+// answered by Redis (issue 17, bug 1: one caller with a 250µs deadline
+// made nearly every other caller fail).
+func TestACallersShortDeadlineFailsOnlyThatCall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartSingle(t)
+	primary, err := redis.New(context.Background(), redis.Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := fallback.New(primary, fallback.Deny, nil, fallback.Options{ProbeInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	out := make([]store.Result, 2)
+	for i := range 50 {
+		// Deadlines from already past to a few microseconds: each one
+		// ends before any Redis could answer. The deny policy answers such
+		// a call; it never marks the primary down.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*time.Microsecond)
+		if err := s.Do(ctx, now, spend("short"+strconv.Itoa(i)), out); err != nil {
+			t.Fatalf("call %d: got %v, want an answer (Redis's or the policy's)", i, err)
+		}
+		cancel()
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Do(cctx, now, spend("cancelled"), out); err != nil {
+		t.Fatalf("a cancelled caller: got %v, want an answer", err)
+	}
+	if !s.Healthy() {
+		t.Fatal("the primary was marked down by callers' own deadlines")
+	}
+	// A normal caller is answered by Redis, not by the deny policy.
+	if err := s.Do(context.Background(), now, spend("normal"), out); err != nil || !out[0].Allowed {
+		t.Fatalf("a normal caller after them: got %+v, %v, want allowed by Redis", out[0], err)
+	}
+	if srv.MustDo("EXISTS", "normal") != int64(1) {
+		t.Error("the normal caller's spend did not reach Redis")
+	}
+}

@@ -346,18 +346,10 @@ func (s *Store) contended(key string) error {
 // Do applies b at now; see the package doc for what holds. Errors from an
 // unreachable memcached wrap store.ErrUnavailable.
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
+	if err := b.Check(out); err != nil {
+		return err
+	}
 	ops := b.Ops
-	if len(out) < len(ops) {
-		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
-	}
-	for i := range ops {
-		if err := ops[i].Validate(); err != nil {
-			return err
-		}
-	}
-	if _, i, dup := store.Duplicate(ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
-	}
 	if len(ops) == 0 {
 		return nil
 	}

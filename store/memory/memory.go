@@ -10,7 +10,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -136,17 +135,12 @@ func (s *Store) shardOf(key string) int {
 // order, so batches never deadlock and each is applied as if alone; under
 // the locks, store.Evaluate decides the batch.
 func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.Result) error {
-	ops := b.Ops
-	if len(out) < len(ops) {
-		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
+	if err := b.Check(out); err != nil {
+		return err
 	}
+	ops := b.Ops
 	if len(ops) == 0 {
 		return nil
-	}
-	for i := range ops {
-		if err := ops[i].Validate(); err != nil {
-			return err
-		}
 	}
 	nowNs := now.UnixNano()
 	if len(ops) == 1 {
@@ -171,9 +165,6 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 	idx := idxBuf[:0]
 	if len(ops) > len(idxBuf) {
 		idx = make([]int, 0, len(ops))
-	}
-	if _, i, dup := store.Duplicate(ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
 	}
 	for i := range ops {
 		idx = append(idx, s.shardOf(ops[i].Key))

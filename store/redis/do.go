@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -56,21 +57,13 @@ const (
 // all-or-nothing batch that some slot denies is undone by a compensating
 // refund in a second round trip; see the package doc for exactly what holds.
 // Do returns within Options.Timeout; errors from an unreachable Redis wrap
-// store.ErrUnavailable.
+// store.ErrUnavailable, a call cut short by the caller's own deadline
+// included (store/fallback tells the two apart).
 func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []store.Result) error {
-	ops := b.Ops
-	if len(out) < len(ops) {
-		return fmt.Errorf("%w: %d results for %d operations", store.ErrBadBatch, len(out), len(ops))
+	if err := b.Check(out); err != nil {
+		return err
 	}
-	for i := range ops {
-		if err := ops[i].Validate(); err != nil {
-			return err
-		}
-	}
-	if _, i, dup := store.Duplicate(ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
-	}
-	if len(ops) == 0 {
+	if len(b.Ops) == 0 {
 		return nil
 	}
 	start := s.clock.Now()
@@ -234,7 +227,11 @@ func (s *Store) fillArgs(c *call, ops []store.Op, now time.Time, st stage, aon b
 		} else {
 			code[0] = 'w'
 			a = strconv.FormatInt(op.Cost, 10)
-			b = strconv.FormatInt(int64(op.Window.Length/time.Second), 10)
+			length := int64(op.Window.Length / time.Second)
+			b = strconv.FormatInt(length, 10)
+			if s.jitter > 0 && (op.Kind == store.Spend || op.Kind == store.SpendOnly) {
+				b += "," + strconv.FormatInt(s.windowTTL(length), 10)
+			}
 		}
 		code[1] = actionLetter[op.Kind]
 		switch {
@@ -283,7 +280,7 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		// unitSeconds, pipelined.
 		cmds = append(cmds,
 			s.client.B().Incrby().Key(key).Increment(op.Cost).Build().ToRetryable(),
-			s.client.B().Expire().Key(key).Seconds(int64(op.Window.Length/time.Second)).Build().ToRetryable())
+			s.client.B().Expire().Key(key).Seconds(s.windowTTL(int64(op.Window.Length/time.Second))).Build().ToRetryable())
 	}
 	var resps []rueidis.RedisResult
 	if len(cmds) == 1 {
@@ -430,4 +427,13 @@ func retryable(c *call, cmd rueidis.Completed) rueidis.Completed {
 		}
 	}
 	return cmd.ToRetryable()
+}
+
+// windowTTL is the TTL of a window key of length seconds: the length plus,
+// with Options.ExpirationJitter, a random 0 to jitter seconds.
+func (s *Store) windowTTL(length int64) int64 {
+	if s.jitter <= 0 {
+		return length
+	}
+	return length + rand.Int64N(s.jitter+1) // #nosec G404 -- spreads expiries, not a secret
 }

@@ -29,7 +29,9 @@
 //     the Envoy front door Op.Key is "domain_key1_value1_key2_value2_", so
 //     the key is prefix + "domain_key1_value1_key2_value2_1767225600".
 //     Value the hit counter as a decimal integer, with a TTL of the window
-//     length in seconds. The script counts a hit with one INCRBY and sets
+//     length in seconds (plus a random 0 to Options.ExpirationJitter
+//     seconds, when set, as envoyproxy/ratelimit's
+//     EXPIRATION_JITTER_MAX_SECONDS). The script counts a hit with one INCRBY and sets
 //     the TTL (EXPIRE key length) on the window's first hit only: the key
 //     names its window, so a later hit has no need to push the expiry out.
 //
@@ -179,6 +181,12 @@ type Options struct {
 	// envoyproxy/ratelimit does (pipelined INCRBY + EXPIRE, GET), with no
 	// script. See the package doc.
 	EnvoyCompatible bool
+	// ExpirationJitter, when positive, adds a random 0 to ExpirationJitter
+	// (whole seconds) to the TTL of each fixed-window key, as
+	// envoyproxy/ratelimit's EXPIRATION_JITTER_MAX_SECONDS does, so that
+	// keys do not all expire at once. Only the TTL changes: a window's
+	// counts are the same. Default 0; at most 24h.
+	ExpirationJitter time.Duration
 	// PipelineMultiplex: concurrent calls are pipelined over 2^n
 	// connections per node. Zero means rueidis's default (4 connections for
 	// Single and Sentinel, 1 per node for Cluster); range 0 to 8.
@@ -206,6 +214,7 @@ type Store struct {
 	// (server clock outside Cluster mode).
 	serverWindows bool
 	envoy         bool
+	jitter        int64  // Options.ExpirationJitter in seconds
 	sha           string // batchScript's SHA-1
 	clock         clock.Clock
 	m             *metrics
@@ -254,6 +263,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.PipelineMultiplex < 0 || o.PipelineMultiplex > rueidis.MaxPipelineMultiplex {
 		return nil, fmt.Errorf("redis: pipeline multiplex %d out of range, must be between 0 and %d", o.PipelineMultiplex, rueidis.MaxPipelineMultiplex)
 	}
+	if o.ExpirationJitter < 0 || o.ExpirationJitter > 24*time.Hour {
+		return nil, fmt.Errorf("redis: expiration jitter %s out of range, must be between 0 and 24h", o.ExpirationJitter)
+	}
 	if o.Clock == nil {
 		o.Clock = clock.New()
 	}
@@ -301,6 +313,13 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {
+		if strings.Contains(err.Error(), "unknown message type") {
+			// Something answered, but not in the Redis protocol (an HTTP
+			// server answers 'H', message type 72): a wrong address, not
+			// an outage, so no ErrUnavailable (startup does not retry it).
+			return nil, fmt.Errorf("redis %s %s: the server does not speak the Redis protocol (%v): is this the address of a Redis server (or of Sentinels with --redis-mode sentinel)?",
+				o.Mode, strings.Join(o.Addrs, ","), err)
+		}
 		return nil, fmt.Errorf("%w: redis %s %s: %w", store.ErrUnavailable, o.Mode, strings.Join(o.Addrs, ","), err)
 	}
 	if o.Mode == Cluster && client.Mode() != rueidis.ClientModeCluster {
@@ -315,6 +334,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		serverClock:   o.ClockServer,
 		serverWindows: o.ClockServer && o.Mode != Cluster && !o.EnvoyCompatible,
 		envoy:         o.EnvoyCompatible,
+		jitter:        int64(o.ExpirationJitter / time.Second),
 		sha:           scriptSHA,
 		clock:         o.Clock,
 		m:             m,

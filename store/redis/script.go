@@ -31,7 +31,9 @@ package redis
 //	refunds and resets of a multi-slot all-or-nothing batch, which run in a
 //	second round).
 //	GCRA: a = cost*E and b = burst offset B, in nanoseconds (decimal).
-//	Window: a = cost in hits, b = window length in seconds.
+//	Window: a = cost in hits, b = window length in seconds, or
+//	"length,ttl" to give a new window's key a TTL other than its length
+//	(Options.ExpirationJitter).
 //
 // It returns {now, state1, applied1, state2, applied2, ...}: now as Unix
 // nanoseconds (decimal), state the bucket's state before the op as stored
@@ -78,6 +80,9 @@ end
 local function less(ah, al, bh, bl)
   return ah < bh or (ah == bh and al < bl)
 end
+-- A window's b: its length, and the TTL of its key (the last number).
+local function winlen(b) return tonumber(string.match(b, '^%d+')) end
+local function winttl(b) return tonumber(string.match(b, '%d+$')) end
 local function fmt(h, l)
   local sign = ''
   if h < 0 then
@@ -107,7 +112,7 @@ for i = 1, n do
   local alg, act = string.sub(code, 1, 1), string.lower(string.sub(code, 2, 2))
   local key = KEYS[i]
   if alg == 'w' and winkey then
-    local len = tonumber(b)
+    local len = winlen(b)
     key = key .. string.format('%d', nh - nh % len)
   end
   keys[i] = key
@@ -176,7 +181,7 @@ for i = 1, n do
         applied = 0
         out[2 * i] = '9223372036854775807'
       elseif after == cost then
-        redis.call('EXPIRE', key, tonumber(b))
+        redis.call('EXPIRE', key, winttl(b))
         out[2 * i] = ''
       else
         out[2 * i] = string.format('%d', after - cost)
@@ -185,7 +190,7 @@ for i = 1, n do
       applied = 1
       if not dry then
         redis.call('INCRBY', key, cost)
-        redis.call('EXPIRE', key, tonumber(b))
+        redis.call('EXPIRE', key, winttl(b))
       end
     end
   elseif not blocked then

@@ -98,13 +98,8 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	}
 	// The batch spans both stores: refuse what either would refuse before
 	// either changes anything.
-	for i := range ops {
-		if err := ops[i].Validate(); err != nil {
-			return err
-		}
-	}
-	if _, i, dup := store.Duplicate(ops); dup {
-		return fmt.Errorf("%w: bucket %q named twice", store.ErrBadBatch, ops[i].Key)
+	if err := b.Check(out); err != nil {
+		return err
 	}
 	h := cut(b, fast)
 	if b.AllOrNothing && h.fastResets && h.slowDecides {

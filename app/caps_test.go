@@ -1,0 +1,107 @@
+package app_test
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/app"
+)
+
+// An oversized Envoy request is refused, naming the cap, before any store
+// work (issue 17, bug 2: one 80,000-descriptor request held Redis for half
+// a second).
+func TestOversizedRequestsAreRefusedNamingTheCap(t *testing.T) {
+	ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) {
+		o.MaxDescriptors, o.MaxDescriptorEntries, o.MaxDescriptorEntryBytes = 3, 2, 16
+	})
+	many := func(n int) []*rlcommon.RateLimitDescriptor {
+		var ds []*rlcommon.RateLimitDescriptor
+		for i := range n {
+			ds = append(ds, desc("plain", fmt.Sprint(i)))
+		}
+		return ds
+	}
+	tests := []struct {
+		name string
+		ds   []*rlcommon.RateLimitDescriptor
+		want string // in the message; "" for an answer
+	}{
+		{name: "as many descriptors as the cap are answered", ds: many(3)},
+		{name: "one descriptor more is refused", ds: many(4), want: "4 descriptors, more than the 3 allowed (--max-descriptors)"},
+		{name: "too many entries in one descriptor", ds: []*rlcommon.RateLimitDescriptor{desc("vm", "a", "sub", "s1", "x", "y")},
+			want: "descriptor 0 has 3 entries, more than the 2 allowed (--max-descriptor-entries)"},
+		{name: "a value too long", ds: []*rlcommon.RateLimitDescriptor{desc("plain", strings.Repeat("v", 17))},
+			want: "descriptor 0 entry 0 has a key or value of 17 bytes, more than the 16 allowed (--max-descriptor-entry-bytes)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ta.client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "conf", Descriptors: tt.ds})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("got %v, want an answer", err)
+				}
+				return
+			}
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tt.want) {
+				t.Fatalf("got %v, want InvalidArgument with %q", err, tt.want)
+			}
+		})
+	}
+	// Nothing of the refused requests was counted: plain=3 is untouched.
+	if got := ta.ask(t, "conf", desc("plain", "3")).Statuses[0].GetCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("plain=3 after the refused requests: got %v, want OK (nothing counted)", got)
+	}
+}
+
+func TestCapFlagsAreChecked(t *testing.T) {
+	for _, args := range [][]string{{"--max-descriptors", "0"}, {"--max-descriptor-entries", "-1"}, {"--max-descriptor-entry-bytes", "0"}} {
+		if _, err := app.ParseServe(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("%v: got %v, want an error naming the flag", args, err)
+		}
+	}
+}
+
+// With --request-limits=false and --negative-hits=false a caller cannot
+// change its own counting (issue 17, item 6).
+func TestRequestLimitsAndNegativeHitsCanBeTurnedOff(t *testing.T) {
+	override := func(key, value string) *rlcommon.RateLimitDescriptor {
+		d := desc(key, value)
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: 3}
+		return d
+	}
+	negative := func(key, value string) *rlcommon.RateLimitDescriptor {
+		d := desc(key, value)
+		d.IsNegativeHits = true
+		return d
+	}
+	for _, tc := range []struct {
+		name      string
+		off       bool
+		wantLimit uint32 // current_limit of a descriptor carrying its own limit
+		wantCount string // overall code after hit, give back, hit on a limit of 1
+	}{
+		{name: "honoured by default", wantLimit: 1000, wantCount: "OK"},
+		{name: "ignored when turned off", off: true, wantLimit: 1, wantCount: "OVER_LIMIT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) {
+				o.RequestLimits, o.NegativeHits = !tc.off, !tc.off
+			})
+			if got := ta.ask(t, "conf", override("plain", "o")).Statuses[0].GetCurrentLimit().GetRequestsPerUnit(); got != tc.wantLimit {
+				t.Errorf("a request's own limit: got current_limit %d, want %d", got, tc.wantLimit)
+			}
+			ta.ask(t, "conf", desc("plain", "n"))
+			ta.ask(t, "conf", negative("plain", "n"))
+			if got := ta.ask(t, "conf", desc("plain", "n")).OverallCode.String(); got != tc.wantCount {
+				t.Errorf("hit, negative hit, hit on a limit of 1: got %s, want %s", got, tc.wantCount)
+			}
+		})
+	}
+}
