@@ -432,3 +432,37 @@ func statsOptionsEqual(a, b app.StatsOptions) bool {
 		a.PrometheusAddr == b.PrometheusAddr && a.PrometheusPath == b.PrometheusPath &&
 		a.PrometheusResponseTimeMillis == b.PrometheusResponseTimeMillis
 }
+
+func TestStatsdCountsLocalCacheAnswers(t *testing.T) {
+	lines := make(chan string, 100)
+	addr := listenStatsd(t, "tcp", lines)
+	ta := start(t, map[string]string{"modes.yaml": statsConfig}, func(o *app.Options) {
+		o.Stats.StatsdAddr, o.Stats.FlushInterval = addr, time.Hour
+		o.LocalCacheSize = 1 << 20
+	})
+	// Limit 5: five within, the sixth over from the store, which the cache
+	// then remembers: the next three are answered from memory.
+	for range 9 {
+		ta.ask(t, "modes", desc("user", "alice"))
+	}
+	if err := ta.StatsD().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range collect(t, lines, 5+2+9) // five rule stats, two service counters, nine timers {
+		if name, v, ok := strings.Cut(l, ":"); ok && !strings.HasPrefix(name, "ratelimit_server.ShouldRateLimit.response_time") {
+			got[name] = v
+		}
+	}
+	for name, want := range map[string]string{
+		"ratelimit.service.rate_limit.modes.user.total_hits":                  "9|c",
+		"ratelimit.service.rate_limit.modes.user.within_limit":                "5|c",
+		"ratelimit.service.rate_limit.modes.user.near_limit":                  "1|c",
+		"ratelimit.service.rate_limit.modes.user.over_limit":                  "4|c",
+		"ratelimit.service.rate_limit.modes.user.over_limit_with_local_cache": "3|c",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: got %q, want %q", name, got[name], want)
+		}
+	}
+}
