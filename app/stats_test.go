@@ -449,7 +449,7 @@ func TestStatsdCountsLocalCacheAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	for _, l := range collect(t, lines, 5+2+9) // five rule stats, two service counters, nine timers {
+	for _, l := range collect(t, lines, 5+2+9) { // five rule stats, two service counters, nine timers
 		if name, v, ok := strings.Cut(l, ":"); ok && !strings.HasPrefix(name, "ratelimit_server.ShouldRateLimit.response_time") {
 			got[name] = v
 		}
