@@ -3,9 +3,21 @@
 // shard is locked. It is the default backend and needs no other process.
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
-// ended) are treated as missing and removed as the store comes across them;
-// the number of entries is bounded, and at the bound the entry closest to
-// expiry among a small random sample makes room.
+// ended) are treated as missing and removed as the store comes across them.
+//
+// The store is bounded twice, per shard: in entries (Options.MaxEntries)
+// and in bytes (Options.MaxBytes, each bucket counted as the length of its
+// key plus EntryOverhead). A new bucket that does not fit makes room only
+// by removing buckets that hold no state worth keeping: expired ones,
+// which are also the full ones (nothing spent, the same as missing), found
+// in a scan of at most evictScan entries. A live bucket is never evicted:
+// forgetting one that is denying a caller would let that caller unblock
+// itself by sending many distinct keys. When no room can be made, the new
+// bucket's operation is still answered, as for a fresh bucket, but its
+// state is not kept (it is refused, and counted): every bucket already
+// held keeps its state, so no caller can reset its own exhausted bucket by
+// spraying keys; the cost is that new keys go unlimited until buckets
+// expire and make room.
 package memory
 
 import (
@@ -14,6 +26,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/store"
 )
@@ -26,17 +40,39 @@ type Options struct {
 	// power of two. Default 256; range 1 to 65536.
 	Shards int
 	// MaxEntries bounds the number of buckets kept, spread evenly over the
-	// shards. Default 4,194,304 (about 400 MiB at most); minimum one per
-	// shard.
+	// shards. Default 4,194,304; minimum one per shard. At about 100 bytes
+	// of heap per bucket plus its key (see EntryOverhead), MaxBytes is
+	// usually the bound reached first.
 	MaxEntries int
+	// MaxBytes bounds the bytes the buckets take, spread evenly over the
+	// shards: each bucket counts len(key) + EntryOverhead. Default
+	// 268,435,456 (256 MiB); minimum EntryOverhead+64 per shard. The heap
+	// the store holds stays within about MaxBytes (measured by
+	// TestHeapStaysWithinMaxBytes).
+	MaxBytes int64
+	// Registerer, when not nil, receives the store's metrics:
+	// sluice_memory_entries, sluice_memory_bytes,
+	// sluice_memory_evictions_total{reason} and
+	// sluice_memory_refused_total. Nil registers nothing.
+	Registerer prometheus.Registerer
 }
+
+// EntryOverhead is the bytes counted for each bucket besides its key: the
+// map slot (a 16-byte string header and the 32-byte entry), the map's
+// control bytes and spare capacity (its tables grow by doubling, so they
+// are between half and seven eighths full), and the key's allocation
+// rounding. Measured on amd64 with Go 1.26 at 70 to 100 bytes per bucket
+// besides the key's own bytes (BenchmarkHeapPerEntry); 112 keeps the
+// accounting on the safe side.
+const EntryOverhead = 112
 
 const (
 	defaultShards     = 256
 	defaultMaxEntries = 1 << 22
-	// sampleSize is how many entries are looked at to choose a victim when a
-	// shard is full.
-	sampleSize = 8
+	defaultMaxBytes   = 256 << 20
+	// evictScan is how many entries are looked at, at most, for expired
+	// ones when a new bucket does not fit.
+	evictScan = 32
 	// sweepEvery and sweepBudget amortise the removal of expired entries:
 	// every sweepEvery inserts into a shard, up to sweepBudget entries are
 	// examined.
@@ -53,12 +89,19 @@ type Store struct {
 }
 
 type shard struct {
-	mu      sync.Mutex       // protects buckets and inserts
-	buckets map[string]entry // bucket key → state
-	inserts int              // inserts since the last sweep
-	max     int              // bound on len(buckets)
-	_       [40]byte         // keep neighbouring shards' locks off one cache line
+	mu       sync.Mutex       // protects the fields below but max and maxBytes
+	buckets  map[string]entry // bucket key → state
+	bytes    int64            // sum of cost(key) over buckets
+	inserts  int              // inserts since the last sweep
+	expired  int64            // expired buckets removed, in total
+	refused  int64            // new buckets not kept for want of room, in total
+	max      int              // bound on len(buckets)
+	maxBytes int64            // bound on bytes
+	_        [64]byte         // keep neighbouring shards' locks off one cache line
 }
+
+// cost is the bytes a bucket under key counts towards MaxBytes.
+func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
 
 // entry is a bucket's state. For GCRA buckets tat is the theoretical arrival
 // time; for fixed windows start is the window's first Unix second and count
@@ -92,13 +135,68 @@ func New(o Options) *Store {
 	if per < 1 {
 		per = 1
 	}
+	maxBytes := o.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = defaultMaxBytes
+	}
+	perBytes := maxBytes / int64(p)
+	if perBytes < EntryOverhead+64 {
+		perBytes = EntryOverhead + 64
+	}
 	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
 	for i := range s.shards {
 		s.shards[i].buckets = make(map[string]entry)
 		s.shards[i].max = per
+		s.shards[i].maxBytes = perBytes
+	}
+	if o.Registerer != nil {
+		s.register(o.Registerer)
 	}
 	return s
 }
+
+// register adds the store's metrics to reg. They are read from the shards
+// at scrape time, so the hot path updates nothing but shard fields.
+func (s *Store) register(reg prometheus.Registerer) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_memory_entries",
+			Help: "Buckets the memory store holds, expired ones included until they are removed.",
+		}, func() float64 { return float64(s.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_memory_bytes",
+			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead.",
+		}, func() float64 { return float64(s.Bytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "sluice_memory_evictions_total",
+			Help:        "Buckets the memory store removed without being asked, by reason: expired (full again, so holding nothing worth keeping). Live buckets are never evicted.",
+			ConstLabels: prometheus.Labels{"reason": "expired"},
+		}, func() float64 { return float64(s.sum(func(sh *shard) int64 { return sh.expired })) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_memory_refused_total",
+			Help: "New buckets whose operation was answered as for a fresh bucket but whose state the memory store did not keep, because it was at --memory-max-entries or --memory-max-bytes with no expired bucket to remove.",
+		}, func() float64 { return float64(s.sum(func(sh *shard) int64 { return sh.refused })) }),
+	)
+}
+
+// sum adds f over the shards, each read under its lock.
+func (s *Store) sum(f func(*shard) int64) int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += f(sh)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Bytes returns the bytes the buckets held count towards MaxBytes.
+func (s *Store) Bytes() int64 { return s.sum(func(sh *shard) int64 { return sh.bytes }) }
+
+// Refused returns how many new buckets were answered but not kept because
+// their shard was full of live buckets.
+func (s *Store) Refused() int64 { return s.sum(func(sh *shard) int64 { return sh.refused }) }
 
 // Len returns the number of buckets held, expired ones included until they
 // are swept.
@@ -122,6 +220,7 @@ func (s *Store) Close() error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		clear(sh.buckets)
+		sh.bytes = 0
 		sh.mu.Unlock()
 	}
 	return nil
@@ -217,7 +316,10 @@ func (sh *shard) do(w store.Write, op *store.Op, next store.State, present bool,
 		}
 		sh.put(op.Key, entry{exp: exp, tat: next.TAT, start: next.Start, count: next.Count}, present, nowNs)
 	case store.Remove:
-		delete(sh.buckets, op.Key)
+		if present {
+			delete(sh.buckets, op.Key)
+			sh.bytes -= cost(op.Key)
+		}
 	}
 }
 
@@ -234,7 +336,9 @@ func (sh *shard) get(key string, nowNs int64) (st store.State, present bool) {
 }
 
 // put stores e under key; present says whether the map holds key already.
-// A new key makes room first when the shard is full. requires sh.mu held.
+// A new key makes room first when the shard is full, by removing expired
+// buckets only; when that is not enough the new key is not stored, and
+// counted as refused. requires sh.mu held.
 func (sh *shard) put(key string, e entry, present bool, nowNs int64) {
 	if present {
 		sh.buckets[key] = e
@@ -245,10 +349,19 @@ func (sh *shard) put(key string, e entry, present bool, nowNs int64) {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
 	}
-	if len(sh.buckets) >= sh.max {
-		sh.evict(nowNs)
+	c := cost(key)
+	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {
+		sh.refused++
+		return
 	}
 	sh.buckets[key] = e
+	sh.bytes += c
+}
+
+// fits reports whether a new bucket costing c bytes fits. requires sh.mu
+// held.
+func (sh *shard) fits(c int64) bool {
+	return len(sh.buckets) < sh.max && sh.bytes+c <= sh.maxBytes
 }
 
 // sweep examines up to budget entries from a random point and removes the
@@ -256,7 +369,7 @@ func (sh *shard) put(key string, e entry, present bool, nowNs int64) {
 func (sh *shard) sweep(nowNs int64, budget int) {
 	for k, e := range sh.buckets {
 		if e.exp <= nowNs {
-			delete(sh.buckets, k)
+			sh.remove(k)
 		}
 		budget--
 		if budget == 0 {
@@ -265,26 +378,32 @@ func (sh *shard) sweep(nowNs int64, budget int) {
 	}
 }
 
-// evict removes one entry: an expired one if the sample holds one, else the
-// one in the sample closest to expiry. requires sh.mu held.
-func (sh *shard) evict(nowNs int64) {
-	var victim string
-	best := int64(0)
+// makeRoom removes expired buckets among up to evictScan entries, from a
+// random point, until a new bucket costing c bytes fits, and reports
+// whether it does. Live buckets are never removed. requires sh.mu held.
+func (sh *shard) makeRoom(nowNs int64, c int64) bool {
 	n := 0
 	for k, e := range sh.buckets {
 		if e.exp <= nowNs {
-			victim = k
-			break
-		}
-		if n == 0 || e.exp < best {
-			victim, best = k, e.exp
+			sh.remove(k)
+			if sh.fits(c) {
+				return true
+			}
 		}
 		n++
-		if n == sampleSize {
+		if n == evictScan {
 			break
 		}
 	}
-	delete(sh.buckets, victim)
+	return sh.fits(c)
+}
+
+// remove deletes the expired bucket under key and counts it. requires
+// sh.mu held.
+func (sh *shard) remove(key string) {
+	delete(sh.buckets, key)
+	sh.bytes -= cost(key)
+	sh.expired++
 }
 
 // sortInts sorts a in place: insertion sort for the usual short batch,
