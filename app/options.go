@@ -49,6 +49,10 @@ type Options struct {
 	Store string
 	// MemoryMaxEntries bounds the memory store's buckets; default 4194304.
 	MemoryMaxEntries int
+	// MemoryMaxBytes bounds the bytes the memory store's buckets take,
+	// each counted as its key's length plus memory.EntryOverhead; default
+	// 268435456 (256 MiB), 0 means the default.
+	MemoryMaxBytes int64
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default), json, or json-envoy (JSON with envoyproxy/ratelimit's
 	// field names: @timestamp, level, @message).
@@ -268,6 +272,7 @@ func Defaults() Options {
 		HTTPAddr:        ":8080",
 		DebugAddr:       "127.0.0.1:6070",
 		Store:           "memory",
+		MemoryMaxBytes:  256 << 20,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		NearLimitRatio:  0.8,
@@ -445,6 +450,7 @@ flags:
 func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory, redis or memcache")
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", o.MemoryMaxEntries, "bound on buckets kept by the memory store (0: 4194304)")
+	fs.Int64Var(&o.MemoryMaxBytes, "memory-max-bytes", o.MemoryMaxBytes, "bound on bytes kept by the memory store, each bucket counted as its key length plus 112 (0: 268435456)")
 	fs.StringVar(&o.OnStoreError, "on-store-error", o.OnStoreError, "answer while the store fails: error, allow, deny or local")
 	addrs := strings.Join(o.Redis.Addrs, ",")
 	fs.StringVar(&addrs, "redis-addr", addrs, "Redis address(es), host:port, comma-separated")
@@ -601,6 +607,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MemoryMaxEntries < 0 {
 		bad("memory-max-entries", "%d is negative", o.MemoryMaxEntries)
+	}
+	if o.MemoryMaxBytes < 0 {
+		bad("memory-max-bytes", "%d is negative", o.MemoryMaxBytes)
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		bad("tls-cert", "--tls-cert and --tls-key go together")

@@ -27,7 +27,12 @@ import (
 // or memcached, wrapped by the --on-store-error policy.
 func (a *App) newStore() (store.Store, error) {
 	o := a.opts
-	memOpts := memory.Options{MaxEntries: o.MemoryMaxEntries}
+	// At most one memory store is built: the store itself, or the local
+	// fallback; it registers the sluice_memory_* metrics.
+	memOpts := memory.Options{MaxEntries: o.MemoryMaxEntries, MaxBytes: o.MemoryMaxBytes}
+	if a.registry != nil {
+		memOpts.Registerer = a.registry
+	}
 	if o.Store == "memory" {
 		return memory.New(memOpts), nil
 	}

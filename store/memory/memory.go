@@ -53,7 +53,9 @@ type Options struct {
 	// Registerer, when not nil, receives the store's metrics:
 	// sluice_memory_entries, sluice_memory_bytes,
 	// sluice_memory_evictions_total{reason} and
-	// sluice_memory_refused_total. Nil registers nothing.
+	// sluice_memory_refused_total. Nil registers nothing. New panics when
+	// Registerer already holds them: registering two stores on one
+	// registry is a programmer's bug.
 	Registerer prometheus.Registerer
 }
 
