@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/sluice-rl/sluice/gcra"
 )
@@ -123,12 +124,26 @@ func Load(defaultsPath, overridesPath string) (*Set, error) {
 	return New(d, o)
 }
 
+// MaxIDBytes returns the longest id, in bytes, that Resolve accepts for
+// format f: 1,024 bytes, far above the longest domain name (253 bytes) or
+// address, and 65,536 bytes for the FQDN set formats, above the 100
+// identifiers of at most 253 bytes an ACME order carries. A longer id is
+// refused before any parsing, with an IDError naming the length and the
+// maximum.
+func MaxIDBytes(f Format) int {
+	switch f {
+	case FormatFQDNSet, FormatRegIDFQDNSet:
+		return 64 << 10
+	}
+	return 1 << 10
+}
+
 // Resolve returns the bucket for the natural id of the limit name (see
 // BucketKey) and the limit that applies to it: an override for the bucket,
 // else (for the regId:… formats) an override for the account, else the
 // name's default, else none, and then the bucket is not Enabled. An unknown
-// name is an error wrapping ErrUnknownName; a malformed id is an *IDError
-// wrapping ErrInvalidID.
+// name is an error wrapping ErrUnknownName; a malformed id, or one longer
+// than MaxIDBytes, is an *IDError wrapping ErrInvalidID.
 func (s *Set) Resolve(name, id string) (Bucket, error) {
 	var e *entry
 	if s != nil {
@@ -140,6 +155,9 @@ func (s *Set) Resolve(name, id string) (Bucket, error) {
 			return Bucket{}, err
 		}
 		e = &entry{name: n, prefix: enumPrefix(n.Enum)}
+	}
+	if max := MaxIDBytes(e.name.Format); len(id) > max {
+		return Bucket{}, &IDError{Name: name, ID: id, Rule: "is " + strconv.Itoa(len(id)) + " bytes, longer than the maximum of " + strconv.Itoa(max) + " bytes for " + e.name.Format.String()}
 	}
 	var buf [160]byte
 	dst := append(buf[:0], e.prefix...)
