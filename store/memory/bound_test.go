@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,39 @@ func BenchmarkHeapPerEntry(b *testing.B) {
 }
 
 func TestHeapStaysWithinMaxBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap")
+	}
+	const maxBytes = 32 << 20
+	for _, keyLen := range []int{16, 40, 200, 1000} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := memory.New(memory.Options{MaxEntries: 1 << 24, MaxBytes: maxBytes})
+		now := storetest.Base()
+		op := store.Op{Algorithm: store.GCRA, Limit: gcra.Limit{Burst: 5, Count: 5, Period: time.Hour}}
+		pad := strings.Repeat("k", keyLen)
+		// Twice as many keys as fit.
+		n := 2 * maxBytes / (keyLen + memory.EntryOverhead)
+		for i := range n {
+			op.Key = strings.Clone((strconv.Itoa(i) + pad)[:keyLen])
+			spend(t, s, now, op)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		t.Logf("%d-byte keys: %d buckets, %d bytes counted, %d bytes of heap", keyLen, s.Len(), s.Bytes(), heap)
+		if heap > maxBytes*11/10 {
+			t.Errorf("%d-byte keys: got %d bytes of heap, want at most MaxBytes %d and 10%%", keyLen, heap, maxBytes)
+		}
+		if s.Refused() == 0 {
+			t.Errorf("%d-byte keys: got no refusals, want the store filled", keyLen)
+		}
+		runtime.KeepAlive(s)
+	}
+}
+
+func TestHeapPerBucketIsWithinEntryOverhead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the heap")
 	}
