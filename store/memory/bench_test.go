@@ -113,3 +113,31 @@ func BenchmarkBatch5(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSprayFullStore is a decision on a new key while every shard is
+// full of live buckets: the scan for expired ones finds none, and the new
+// bucket is answered but not kept.
+func BenchmarkSprayFullStore(b *testing.B) {
+	s := memory.New(memory.Options{MaxEntries: 256 * 64})
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	ops := []store.Op{{Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Hour}, Cost: 1}}
+	out := make([]store.Result, 1)
+	for i := range 256 * 256 { // fill every shard with live buckets
+		ops[0].Key = benchKeyList[i]
+		_ = s.Do(ctx, now, store.Batch{Ops: ops}, out)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 256 * 256
+	for b.Loop() {
+		ops[0].Key = benchKeyList[i]
+		if err := s.Do(ctx, now, store.Batch{Ops: ops}, out); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if i == benchKeys {
+			i = 256 * 256
+		}
+	}
+}
