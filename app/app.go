@@ -59,6 +59,8 @@ type App struct {
 
 	limits atomic.Pointer[limits.Set]
 
+	configStatus configStatus // the descriptor config's last load, for the dashboard
+
 	reloadMu sync.Mutex    // serialises reloads
 	reloaded chan struct{} // signalled after every reload, so the watcher follows moved paths
 
@@ -231,6 +233,7 @@ func (a *App) loadDescriptors() error {
 	}
 	cfg, err := descriptors.LoadWith(path, a.opts.descriptorLoadOptions())
 	a.metrics.Stats().ConfigLoad(err == nil)
+	a.configStatus.record(a.clock.Now(), err)
 	if err != nil {
 		a.reloads.WithLabelValues("descriptors", "failure").Inc()
 		a.lastReload.WithLabelValues("descriptors").Set(0)
@@ -377,7 +380,7 @@ func (a *App) Start() error {
 	httpLog := slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
 	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ErrorLog: httpLog}
 	a.debugServer = &http.Server{
-		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
+		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }, a.dashboard()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          httpLog,
 	}
@@ -617,6 +620,55 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// configStatus is the descriptor configuration's last load. The zero value
+// is no load yet; it is safe for concurrent use.
+type configStatus struct {
+	mu sync.Mutex // protects s
+	s  server.ConfigStatus
+}
+
+// record notes a load at now that failed with err, or succeeded.
+func (c *configStatus) record(now time.Time, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.s.LastReload, c.s.LastOK, c.s.LastError = now, err == nil, ""
+	c.s.Loads++
+	if err != nil {
+		c.s.Failures++
+		c.s.LastError = err.Error()
+	}
+}
+
+// dashboard builds the debug port's dashboard over the service.
+func (a *App) dashboard() *server.Dashboard {
+	source, location := "files", a.opts.ConfigPath
+	switch {
+	case a.opts.ConfigType == ConfigTypeXDS:
+		source, location = "xds", a.opts.XDS.ServerURL
+	case a.opts.RuntimeRoot != "":
+		source, location = "runtime", a.opts.descriptorPath()
+	}
+	return server.NewDashboard(server.DashboardOptions{
+		RLS: a.rls, Gatherer: a.registry, Clock: a.clock,
+		Store: func(ctx context.Context) server.StoreStatus {
+			s := server.StoreStatus{Kind: a.opts.Store, OnStoreError: a.opts.OnStoreError, Healthy: true}
+			start := a.clock.Now()
+			if err := a.store.Ping(ctx); err != nil {
+				s.Healthy, s.Error = false, err.Error()
+			}
+			s.PingMillis = float64(a.clock.Now().Sub(start)) / float64(time.Millisecond)
+			return s
+		},
+		Config: func() server.ConfigStatus {
+			a.configStatus.mu.Lock()
+			defer a.configStatus.mu.Unlock()
+			s := a.configStatus.s
+			s.Source, s.Location = source, location
+			return s
+		},
+	})
 }
 
 func (a *App) shutdownWithTimeout() error {

@@ -169,7 +169,7 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 		limiter: l,
 		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second,
+		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }, nil), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		closeFn: closeFn,
 	}, nil
