@@ -79,9 +79,10 @@ type Dashboard struct {
 
 // dashSample is one read of the cumulative counters.
 type dashSample struct {
-	at       time.Time
-	requests uint64
-	rules    map[string]ruleCounts
+	at          time.Time
+	requests    uint64
+	storeErrors uint64
+	rules       map[string]ruleCounts
 }
 
 // ruleCounts are one rule's cumulative hits.
@@ -119,6 +120,8 @@ type DashboardState struct {
 	WindowSeconds  float64            `json:"window_seconds"` // what the rates cover; 0 on the first read
 	Requests       uint64             `json:"requests"`
 	RequestsRate   float64            `json:"requests_per_second"`
+	StoreErrors    uint64             `json:"store_errors"` // calls failed because the store was unavailable
+	StoreErrorRate float64            `json:"store_errors_per_second"`
 	Domains        []string           `json:"domains"`
 	Rules          []DashboardRule    `json:"rules"`
 	RulesOmitted   int                `json:"rules_omitted"`
@@ -182,7 +185,7 @@ func (d *Dashboard) State(ctx context.Context) DashboardState {
 	}
 	cur := dashSample{at: now, rules: map[string]ruleCounts{}}
 	if sts != nil {
-		cur.requests = sts.TotalRequests.Load()
+		cur.requests, cur.storeErrors = sts.TotalRequests.Load(), sts.RedisError.Load()
 		for _, r := range sts.Rules() {
 			cur.rules[r.Key] = ruleCounts{r.TotalHits.Load(), r.OverLimit.Load(), r.NearLimit.Load(), r.ShadowMode.Load()}
 		}
@@ -204,6 +207,7 @@ func (d *Dashboard) State(ctx context.Context) DashboardState {
 	}
 	st.Requests = cur.requests
 	st.RequestsRate = rate(cur.requests, base.requests)
+	st.StoreErrors, st.StoreErrorRate = cur.storeErrors, rate(cur.storeErrors, base.storeErrors)
 
 	rows := map[string]*DashboardRule{}
 	if cfg != nil {

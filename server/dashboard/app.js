@@ -69,6 +69,7 @@
       ["kind", st.kind],
       ["health", st.healthy ? "answering" : "failing" + (st.error ? ": " + st.error : ""), st.healthy ? "good" : "bad"],
       ["ping", st.ping_ms.toFixed(2) + " ms"],
+      ["calls failed by it", num(s.store_errors_per_second) + "/s (" + num(s.store_errors) + " in total)", s.store_errors_per_second > 0 ? "bad" : ""],
       ["on store error", st.on_store_error]
     ]);
   }
