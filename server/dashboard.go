@@ -125,6 +125,7 @@ type DashboardState struct {
 	Domains        []string           `json:"domains"`
 	Rules          []DashboardRule    `json:"rules"`
 	RulesOmitted   int                `json:"rules_omitted"`
+	HotKeys        []HotKey           `json:"hot_keys"` // the busiest request keys of the last 30 to 60 seconds, estimated from a sample
 	UnknownDomains map[string]uint64  `json:"unknown_domains"`
 	Store          *StoreStatus       `json:"store,omitempty"`
 	Config         *DashboardConfig   `json:"config,omitempty"`
@@ -174,11 +175,12 @@ func (d *Dashboard) Handler() http.Handler {
 // State reads everything the dashboard shows.
 func (d *Dashboard) State(ctx context.Context) DashboardState {
 	now := d.o.Clock.Now()
-	st := DashboardState{Now: now, UnknownDomains: map[string]uint64{}, Domains: []string{}, Rules: []DashboardRule{}, KV: []DashboardKVLimit{}}
+	st := DashboardState{Now: now, UnknownDomains: map[string]uint64{}, Domains: []string{}, Rules: []DashboardRule{}, KV: []DashboardKVLimit{}, HotKeys: []HotKey{}}
 	var cfg *descriptors.Config
 	var sts *stats.Stats
 	if d.o.RLS != nil {
 		cfg = d.o.RLS.Config()
+		st.HotKeys = d.o.RLS.hot.top(now)
 		if m := d.o.RLS.opts.Metrics; m != nil {
 			sts = m.Stats()
 		}

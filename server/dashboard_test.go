@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,8 @@ func TestDashboardStateRatesAndPressure(t *testing.T) {
 		{"an unlimited rule says so", dashRule(t, st, "shop.health").Limit, "unlimited"},
 		{"the config hash is 12 hex digits", len(st.Config.Hash), 12},
 		{"the config counts its rules", st.Config.Rules, 5},
+		{"the sampled calls' keys are the hot keys, ties by name", hotKeyNames(st.HotKeys), "shop cool=x,shop hot=x"},
+		{"a sampled call's hits are scaled by the sampling", st.HotKeys[0].Hits, uint64(8)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,6 +122,37 @@ func TestDashboardStateRatesAndPressure(t *testing.T) {
 				t.Errorf("got %v, want %v", tt.got, tt.want)
 			}
 		})
+	}
+}
+
+func hotKeyNames(hk []server.HotKey) string {
+	var names []string
+	for _, k := range hk {
+		names = append(names, k.Key)
+	}
+	return strings.Join(names, ",")
+}
+
+func TestDashboardHotKeysAreBoundedAndForget(t *testing.T) {
+	rls, dash, clk := newDashboard(t)
+	for i := range 1000 { // 1000 distinct keys, one in 8 sampled
+		_, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shop",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "cool", Value: strconv.Itoa(i)}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	callRule(t, rls, "hot", 80)
+	st := dash.State(context.Background())
+	if len(st.HotKeys) != 20 {
+		t.Errorf("hot keys shown: got %d, want 20", len(st.HotKeys))
+	}
+	if len(st.HotKeys) > 0 && st.HotKeys[0].Key != "shop hot=x" {
+		t.Errorf("hottest key: got %+v, want shop hot=x", st.HotKeys[0])
+	}
+	clk.Add(61 * time.Second)
+	if st := dash.State(context.Background()); len(st.HotKeys) != 0 {
+		t.Errorf("hot keys a minute later: got %+v, want none", st.HotKeys)
 	}
 }
 

@@ -87,6 +87,34 @@
     dl($("config"), rows);
   }
 
+  function drawHot(s) {
+    var tbody = $("hot").tBodies[0];
+    tbody.textContent = "";
+    if (!s.hot_keys || !s.hot_keys.length) {
+      var tr = document.createElement("tr");
+      var td = cell(tr, "no calls in the last minute", "muted");
+      td.colSpan = 5;
+      tbody.appendChild(tr);
+      return;
+    }
+    var max = s.hot_keys[0].hits || 1;
+    s.hot_keys.forEach(function (k) {
+      var tr = document.createElement("tr");
+      var sp = k.key.indexOf(" ");
+      cell(tr, sp < 0 ? k.key : k.key.slice(0, sp));
+      cell(tr, sp < 0 ? "" : k.key.slice(sp + 1), "key");
+      var b = cell(tr, "");
+      var bar = document.createElement("span");
+      bar.className = "bar hits";
+      bar.style.width = Math.round(k.hits / max * 80) + "px";
+      b.appendChild(bar);
+      cell(tr, num(k.hits));
+      cell(tr, num(k.over_limit), "over");
+      if (k.over_limit > 0) tr.className = "over";
+      tbody.appendChild(tr);
+    });
+  }
+
   function drawKV(s) {
     var tbody = $("kv").tBodies[0];
     tbody.textContent = "";
@@ -125,7 +153,7 @@
     $("calls-rate").textContent = num(s.requests_per_second);
     $("over-rate").textContent = num(over);
     $("requests").textContent = num(s.requests);
-    drawStore(s); drawConfig(s); drawKV(s);
+    drawHot(s); drawStore(s); drawConfig(s); drawKV(s);
     history.push({ calls: s.requests_per_second, over: over });
     if (history.length > HISTORY) history.shift();
     drawHistory();
