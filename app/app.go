@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluice-rl/sluice/adaptive"
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
@@ -669,6 +671,65 @@ func (a *App) dashboard() *server.Dashboard {
 			return s
 		},
 	})
+}
+
+// adaptiveState is the adaptive proxy's part of the dashboard: l's keys,
+// its rules' curves, and the 429s per rule counted in g.
+func adaptiveState(l *adaptive.Limiter, g prometheus.Gatherer) *server.AdaptiveState {
+	cfg := l.Config()
+	st := &server.AdaptiveState{WindowSeconds: cfg.Window.Seconds()}
+	denied := map[string]uint64{}
+	if mfs, err := g.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != "sluice_adaptive_denied_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "rule" {
+						denied[lp.GetValue()] += uint64(m.GetCounter().GetValue())
+					}
+				}
+			}
+		}
+	}
+	for _, r := range []struct {
+		name string
+		rule adaptive.Rule
+	}{{adaptive.RuleHTML, cfg.Rules.HTML}, {adaptive.RuleAsset, cfg.Rules.Asset}} {
+		p := cfg.Params
+		for _, o := range []struct {
+			from *float64
+			to   *float64
+		}{{r.rule.MinValue, &p.MinValue}, {r.rule.MaxValue, &p.MaxValue}, {r.rule.MaxRate, &p.MaxRate}, {r.rule.MinRate, &p.MinRate}} {
+			if o.from != nil {
+				*o.to = *o.from
+			}
+		}
+		if r.rule.Curve != nil {
+			p.Curve = *r.rule.Curve
+		}
+		c := server.AdaptiveCurve{Rule: r.name, Denied: denied[r.name]}
+		const steps = 48
+		for i := range steps + 1 {
+			ms := p.MaxValue * 1.25 * float64(i) / steps
+			c.Points = append(c.Points, [2]float64{ms, p.AllowedRate(ms)})
+		}
+		st.Curves = append(st.Curves, c)
+	}
+	for _, k := range l.Stats() {
+		st.Keys = append(st.Keys, server.AdaptiveKey{Key: k.Key, Rule: k.Rule, Calls: k.Count, AvgMs: k.AvgMs, Rate: k.Rate, Errors: k.Errors})
+	}
+	slices.SortFunc(st.Keys, func(a, b server.AdaptiveKey) int {
+		if a.Calls != b.Calls {
+			return cmp.Compare(b.Calls, a.Calls)
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	if len(st.Keys) > server.MaxDashboardRules {
+		st.Keys = st.Keys[:server.MaxDashboardRules]
+	}
+	return st
 }
 
 func (a *App) shutdownWithTimeout() error {

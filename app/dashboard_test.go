@@ -3,10 +3,13 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +25,9 @@ import (
 
 	"github.com/sluice-rl/sluice/app"
 	sluiceclient "github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/server"
 )
 
 // chromiumPath finds a headless-capable Chromium, skipping the test
@@ -300,5 +305,93 @@ func TestDashboardInHeadlessChromium(t *testing.T) {
 		if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" {
 			t.Errorf("request left for another host: %s", raw)
 		}
+	}
+}
+
+func TestProxyDashboardShowsAdaptiveState(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer upstream.Close()
+	cfgPath := filepath.Join(t.TempDir(), "adaptive.yaml")
+	if err := os.WriteFile(cfgPath, []byte("maxRate: 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := app.ParseProxy([]string{"--upstream", upstream.URL, "--config", cfgPath}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := app.NewProxy(p, app.Deps{Clock: clock.NewFake(time.Unix(1_800_000_000, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := x.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	c := &http.Client{Timeout: 5 * time.Second}
+	for range 7 { // 5 admitted, 2 answered 429
+		resp, err := c.Get("http://" + x.Addr() + "/page")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := c.Get("http://" + x.DebugAddr() + "/dashboard/state.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st server.DashboardState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("decode state.json: %v", err)
+	}
+	if st.Adaptive == nil {
+		t.Fatal("state.json has no adaptive part")
+	}
+	var page *server.AdaptiveKey
+	for i, k := range st.Adaptive.Keys {
+		if k.Key == "/page" {
+			page = &st.Adaptive.Keys[i]
+		}
+	}
+	curves := map[string]server.AdaptiveCurve{}
+	for _, c := range st.Adaptive.Curves {
+		curves[c.Rule] = c
+	}
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"the URL is tracked", page != nil, true},
+		{"its admitted calls are counted", func() int64 {
+			if page == nil {
+				return -1
+			}
+			return page.Calls
+		}(), int64(5)},
+		{"both rules have a curve", len(curves), 2},
+		{"the html curve starts at maxRate", func() float64 {
+			if len(curves["html"].Points) == 0 {
+				return -1
+			}
+			return curves["html"].Points[0][1]
+		}(), 5.0},
+		{"the html rule's 429s are counted", curves["html"].Denied, uint64(2)},
+		{"a proxy has no store to show", st.Store == nil, true},
+		{"a proxy has no descriptor config to show", st.Config == nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %v, want %v", tt.got, tt.want)
+			}
+		})
 	}
 }

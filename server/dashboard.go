@@ -65,6 +65,34 @@ type DashboardOptions struct {
 	Clock    clock.Clock                           // defaults to the real clock
 	Store    func(ctx context.Context) StoreStatus // pings the store
 	Config   func() ConfigStatus
+	Adaptive func() *AdaptiveState // the adaptive proxy's state; nil when not running
+}
+
+// AdaptiveState is the adaptive proxy's part of state.json: per key (URL
+// or route) the window's calls, mean latency and allowed rate, and per
+// rule the configured curve of allowed rate against latency.
+type AdaptiveState struct {
+	WindowSeconds float64         `json:"window_seconds"` // what counts and rates cover
+	Curves        []AdaptiveCurve `json:"curves"`
+	Keys          []AdaptiveKey   `json:"keys"`
+}
+
+// AdaptiveCurve is one rule's allowed rate (per window) at latencies from
+// 0 to past its MaxValue, in milliseconds.
+type AdaptiveCurve struct {
+	Rule   string       `json:"rule"`
+	Points [][2]float64 `json:"points"` // [latency ms, allowed rate]
+	Denied uint64       `json:"denied"` // 429s answered under the rule
+}
+
+// AdaptiveKey is one tracked key's window.
+type AdaptiveKey struct {
+	Key    string  `json:"key"`
+	Rule   string  `json:"rule"`
+	Calls  int64   `json:"calls"`
+	AvgMs  float64 `json:"avg_ms"`
+	Rate   float64 `json:"allowed_rate"`
+	Errors int64   `json:"errors"`
 }
 
 // Dashboard serves the debug port's live page and its data, state.json,
@@ -125,6 +153,7 @@ type DashboardState struct {
 	Domains        []string           `json:"domains"`
 	Rules          []DashboardRule    `json:"rules"`
 	RulesOmitted   int                `json:"rules_omitted"`
+	Adaptive       *AdaptiveState     `json:"adaptive,omitempty"`
 	HotKeys        []HotKey           `json:"hot_keys"` // the busiest request keys of the last 30 to 60 seconds, estimated from a sample
 	UnknownDomains map[string]uint64  `json:"unknown_domains"`
 	Store          *StoreStatus       `json:"store,omitempty"`
@@ -278,6 +307,9 @@ func (d *Dashboard) State(ctx context.Context) DashboardState {
 		st.Config = c
 	}
 	st.KV = kvDecisions(d.o.Gatherer)
+	if d.o.Adaptive != nil {
+		st.Adaptive = d.o.Adaptive()
+	}
 	return st
 }
 

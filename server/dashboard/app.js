@@ -148,7 +148,60 @@
       line("calls", "#2563eb") + line("over", "#c0392b");
   }
 
+  function drawAdaptive(s) {
+    var a = s.adaptive;
+    $("adaptive").hidden = !a;
+    if (!a) return;
+    $("adaptive-window").textContent = "(counts and rates per " + num(a.window_seconds) + " s window)";
+    var curves = $("curves");
+    curves.textContent = "";
+    a.curves.forEach(function (c) {
+      var keys = a.keys.filter(function (k) { return k.rule === c.rule; });
+      var W = 400, H = 180, L = 40, B = 20;
+      var maxX = 1, maxY = 1;
+      c.points.forEach(function (p) { maxX = Math.max(maxX, p[0]); maxY = Math.max(maxY, p[1]); });
+      keys.forEach(function (k) { maxX = Math.max(maxX, k.avg_ms); maxY = Math.max(maxY, k.calls); });
+      function x(v) { return L + v / maxX * (W - L - 6); }
+      function y(v) { return H - B - v / maxY * (H - B - 8); }
+      var svg = '<line x1="' + L + '" y1="' + (H - B) + '" x2="' + W + '" y2="' + (H - B) + '" stroke="#9ca3af"/>' +
+        '<line x1="' + L + '" y1="4" x2="' + L + '" y2="' + (H - B) + '" stroke="#9ca3af"/>' +
+        '<text x="2" y="12" font-size="10" fill="#6b7280">' + num(maxY) + '</text>' +
+        '<text x="' + (W - 4) + '" y="' + (H - 4) + '" font-size="10" fill="#6b7280" text-anchor="end">' + num(maxX) + ' ms</text>' +
+        '<polyline fill="none" stroke="#c0392b" stroke-width="2" points="' +
+        c.points.map(function (p) { return x(p[0]).toFixed(1) + "," + y(p[1]).toFixed(1); }).join(" ") + '"/>';
+      keys.forEach(function (k) {
+        svg += '<circle cx="' + x(k.avg_ms).toFixed(1) + '" cy="' + y(k.calls).toFixed(1) + '" r="4" fill="#2563eb"><title></title></circle>';
+      });
+      var card = document.createElement("div");
+      card.className = "card";
+      var label = document.createElement("div");
+      label.className = "label";
+      label.textContent = c.rule + " rule: allowed rate against mean latency (red), each URL's calls at its latency (blue); " + c.denied + " answered 429";
+      card.appendChild(label);
+      var el = document.createElement("div");
+      el.innerHTML = '<svg viewBox="0 0 ' + W + ' ' + H + '" role="img">' + svg + '</svg>';
+      // Name each dot in its tooltip, as text, not markup.
+      Array.prototype.forEach.call(el.querySelectorAll("circle title"), function (t, i) {
+        t.textContent = keys[i].key + ": " + keys[i].calls + " calls, " + keys[i].avg_ms.toFixed(1) + " ms";
+      });
+      card.appendChild(el);
+      curves.appendChild(card);
+    });
+    var tbody = $("adaptive-keys").tBodies[0];
+    tbody.textContent = "";
+    a.keys.forEach(function (k) {
+      var tr = document.createElement("tr");
+      cell(tr, k.key, "key"); cell(tr, k.rule); cell(tr, num(k.calls)); cell(tr, k.avg_ms.toFixed(1));
+      cell(tr, num(k.allowed_rate)); cell(tr, num(k.errors));
+      if (k.calls >= k.allowed_rate) tr.className = "over";
+      tbody.appendChild(tr);
+    });
+  }
+
   function draw(s) {
+    var rls = !!(s.store || s.config);
+    Array.prototype.forEach.call(document.querySelectorAll(".rls"), function (el) { el.hidden = !rls; });
+    drawAdaptive(s);
     var over = drawRules(s);
     $("calls-rate").textContent = num(s.requests_per_second);
     $("over-rate").textContent = num(over);
