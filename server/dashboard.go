@@ -29,11 +29,12 @@ var dashboardFiles embed.FS
 const MaxDashboardRules = 200
 
 // dashboardSamples bounds the totals the dashboard keeps to compute rates:
-// at most this many reads, at least dashboardSpacing apart, so rates cover
-// the last few seconds.
+// at most this many reads, at least dashboardSpacing apart and none older
+// than dashboardMaxAge, so rates cover the last few seconds.
 const (
 	dashboardSamples = 5
 	dashboardSpacing = time.Second
+	dashboardMaxAge  = 10 * time.Second
 )
 
 // StoreStatus is the store as the dashboard shows it.
@@ -319,6 +320,10 @@ func (d *Dashboard) State(ctx context.Context) DashboardState {
 func (d *Dashboard) remember(cur dashSample) (dashSample, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// After a pause in reading, old totals would average over the pause.
+	for len(d.samples) > 0 && cur.at.Sub(d.samples[0].at) > dashboardMaxAge {
+		d.samples = d.samples[1:]
+	}
 	var base dashSample
 	ok := len(d.samples) > 0
 	if ok {

@@ -173,6 +173,14 @@ func TestDashboardKeepsFewSamples(t *testing.T) {
 	if st.WindowSeconds > 6 {
 		t.Errorf("rates window after quick reads: got %vs, want at most 6s", st.WindowSeconds)
 	}
+	clk.Add(10 * time.Minute) // nobody looked for a while
+	if st = dash.State(context.Background()); st.WindowSeconds != 0 {
+		t.Errorf("rates window on the first read after a pause: got %vs, want 0 (no rates over the pause)", st.WindowSeconds)
+	}
+	clk.Add(time.Second)
+	if st = dash.State(context.Background()); st.WindowSeconds != 1 {
+		t.Errorf("rates window a second later: got %vs, want 1s", st.WindowSeconds)
+	}
 }
 
 func TestDebugHandlerServesTheDashboard(t *testing.T) {
