@@ -651,6 +651,8 @@ func (a *App) dashboard() *server.Dashboard {
 		source, location = "xds", a.opts.XDS.ServerURL
 	case a.opts.RuntimeRoot != "":
 		source, location = "runtime", a.opts.descriptorPath()
+	case location == "":
+		source = "none"
 	}
 	return server.NewDashboard(server.DashboardOptions{
 		RLS: a.rls, Gatherer: a.registry, Clock: a.clock,

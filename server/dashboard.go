@@ -49,7 +49,7 @@ type StoreStatus struct {
 // ConfigStatus is the descriptor configuration's origin and last load, as
 // the dashboard shows it.
 type ConfigStatus struct {
-	Source     string    `json:"source"` // files, runtime or xds
+	Source     string    `json:"source"` // files, runtime, xds, or none (no --config)
 	Location   string    `json:"location"`
 	LastReload time.Time `json:"last_reload"` // zero before the first load
 	LastOK     bool      `json:"last_reload_ok"`
