@@ -395,3 +395,44 @@ func TestProxyDashboardShowsAdaptiveState(t *testing.T) {
 		})
 	}
 }
+
+func TestDashboardShowsAFailedReload(t *testing.T) {
+	ta := start(t, map[string]string{"shop.yaml": "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"}, nil)
+	state := func() server.DashboardState {
+		t.Helper()
+		resp, err := ta.http.Get("http://" + ta.DebugAddr() + "/dashboard/state.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st server.DashboardState
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatalf("decode state.json: %v", err)
+		}
+		if st.Config == nil {
+			t.Fatal("state.json has no config part")
+		}
+		return st
+	}
+	before := state()
+	if !before.Config.LastOK || before.Config.Loads != 1 || before.Config.Source != "files" || before.Config.Location != ta.dir {
+		t.Fatalf("after start: got %+v, want one successful load from files in %s", before.Config.ConfigStatus, ta.dir)
+	}
+	if err := os.WriteFile(filepath.Join(ta.dir, "shop.yaml"), []byte("domain: shop\ndescriptors: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ta.clock.Add(time.Minute)
+	if err := ta.Reload(); err == nil {
+		t.Fatal("Reload of a broken file: got nil, want an error")
+	}
+	after := state()
+	if after.Config.LastOK || !strings.Contains(after.Config.LastError, "shop.yaml") || after.Config.Failures < 1 { // the file watcher may reload it too
+		t.Errorf("after a failed reload: got %+v, want it failed with an error naming shop.yaml", after.Config.ConfigStatus)
+	}
+	if !after.Config.LastReload.Equal(ta.clock.Now()) {
+		t.Errorf("last reload at %v, want %v", after.Config.LastReload, ta.clock.Now())
+	}
+	if after.Config.Hash != before.Config.Hash {
+		t.Errorf("hash changed from %s to %s, want the running rules kept", before.Config.Hash, after.Config.Hash)
+	}
+}
