@@ -59,6 +59,8 @@ type App struct {
 
 	limits atomic.Pointer[limits.Set]
 
+	configStatus configStatus // the descriptor config's last load, for the dashboard
+
 	reloadMu sync.Mutex    // serialises reloads
 	reloaded chan struct{} // signalled after every reload, so the watcher follows moved paths
 
@@ -231,6 +233,7 @@ func (a *App) loadDescriptors() error {
 	}
 	cfg, err := descriptors.LoadWith(path, a.opts.descriptorLoadOptions())
 	a.metrics.Stats().ConfigLoad(err == nil)
+	a.configStatus.record(a.clock.Now(), err)
 	if err != nil {
 		a.reloads.WithLabelValues("descriptors", "failure").Inc()
 		a.lastReload.WithLabelValues("descriptors").Set(0)
@@ -377,7 +380,7 @@ func (a *App) Start() error {
 	httpLog := slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
 	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ErrorLog: httpLog}
 	a.debugServer = &http.Server{
-		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }),
+		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }, a.dashboard()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          httpLog,
 	}

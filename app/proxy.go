@@ -169,7 +169,8 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 		limiter: l,
 		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" }), ReadHeaderTimeout: 10 * time.Second,
+		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" },
+			server.NewDashboard(server.DashboardOptions{Gatherer: reg, Clock: deps.Clock, Adaptive: func() *server.AdaptiveState { return adaptiveState(l, reg) }})), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		closeFn: closeFn,
 	}, nil
@@ -195,6 +196,9 @@ func (x *Proxy) Start(addr, debugAddr string) error {
 
 // Addr is the proxy's listening address once started.
 func (x *Proxy) Addr() string { return addrOf(x.ln) }
+
+// DebugAddr is the debug listener's address once started, or "".
+func (x *Proxy) DebugAddr() string { return addrOf(x.dbgLn) }
 
 // Limiter returns the proxy's adaptive limiter.
 func (x *Proxy) Limiter() *adaptive.Limiter { return x.limiter }

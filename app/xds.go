@@ -117,11 +117,13 @@ func (a *App) startXDS() error {
 		Apply: func(cfg *descriptors.Config, _ string) {
 			a.rls.SetConfig(cfg)
 			a.metrics.Stats().ConfigLoad(true)
+			a.configStatus.record(a.clock.Now(), nil)
 			a.reloads.WithLabelValues("descriptors", "success").Inc()
 			a.lastReload.WithLabelValues("descriptors").Set(1)
 		},
-		Reject: func(string, error) {
+		Reject: func(_ string, err error) {
 			a.metrics.Stats().ConfigLoad(false)
+			a.configStatus.record(a.clock.Now(), err)
 			a.reloads.WithLabelValues("descriptors", "failure").Inc()
 			a.lastReload.WithLabelValues("descriptors").Set(0)
 		},

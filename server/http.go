@@ -149,9 +149,14 @@ func HealthHandler(ready func(ctx context.Context) error) http.Handler {
 	})
 }
 
-// DebugHandler serves the debug port: /metrics from g, /rlconfig (the loaded
+// DebugHandler serves the debug port: the live dashboard at / and
+// /dashboard (its data at /dashboard/state.json; a nil dash shows only
+// what it can read without one), /metrics from g, /rlconfig (the loaded
 // rules, one per line, from rules), and /debug/pprof/.
-func DebugHandler(g prometheus.Gatherer, rules func() string) http.Handler {
+func DebugHandler(g prometheus.Gatherer, rules func() string, dash *Dashboard) http.Handler {
+	if dash == nil {
+		dash = NewDashboard(DashboardOptions{Gatherer: g})
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, r *http.Request) {
@@ -163,9 +168,9 @@ func DebugHandler(g prometheus.Gatherer, rules func() string) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "sluice debug port\n\n/metrics\n/rlconfig\n/debug/pprof/\n")
-	})
+	d := dash.Handler()
+	mux.Handle("GET /{$}", d)
+	mux.Handle("GET /dashboard", d)
+	mux.Handle("GET /dashboard/", d)
 	return mux
 }

@@ -99,6 +99,7 @@ type RLS struct {
 
 	opts   RLSOptions
 	config atomic.Pointer[descriptors.Config]
+	hot    *hotKeys // the busiest request keys, for the dashboard
 }
 
 // NewRLS returns an RLS with no configuration. It panics when o.Limiter is
@@ -134,7 +135,7 @@ func NewRLS(o RLSOptions) *RLS {
 	if o.MaxEntryBytes <= 0 {
 		o.MaxEntryBytes = DefaultMaxEntryBytes
 	}
-	return &RLS{opts: o}
+	return &RLS{opts: o, hot: newHotKeys()}
 }
 
 // SetConfig swaps in a new configuration snapshot.
@@ -574,6 +575,7 @@ func (s *RLS) record(c *check, d *limiter.Decision) {
 	}
 	st := m.stats.Rule(c.statsKey)
 	over := !d.Allowed
+	s.hot.add(s.opts.Clock, c, over)
 	hits := c.hits
 	st.TotalHits.Add(hits)
 	if over && d.Cached {
