@@ -363,6 +363,8 @@ func (a *App) Start() error {
 	// any call needs, which also turns off grpc-go's bandwidth-estimating
 	// pings.
 	grpcOpts = append(grpcOpts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<24))
+	// A request that does not decode answers InvalidArgument, not Internal.
+	grpcOpts = append(grpcOpts, newRequestCodec().interceptors()...)
 	if a.opts.GRPCWorkers > 0 {
 		grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))
 	}
