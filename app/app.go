@@ -312,10 +312,11 @@ func (a *App) Start() error {
 				_ = os.Remove(path)
 			}
 		}
-		ln, err := net.Listen(network, addr)
+		raw, err := net.Listen(network, addr)
 		if err != nil {
 			return nil, err
 		}
+		ln := guardListener(raw, a.opts.MaxConnections)
 		a.listeners = append(a.listeners, ln)
 		return ln, nil
 	}
@@ -350,14 +351,23 @@ func (a *App) Start() error {
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	a.health = health.NewServer()
-	if age, grace := a.opts.GRPCMaxConnectionAge, a.opts.GRPCMaxConnectionAgeGrace; age > 0 || grace > 0 {
-		// Zero is no limit in keepalive.ServerParameters too.
-		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: grace}))
-	}
+	// Zero is no limit in keepalive.ServerParameters too.
+	grpcOpts = append(grpcOpts,
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      a.opts.GRPCMaxConnectionAge,
+			MaxConnectionAgeGrace: a.opts.GRPCMaxConnectionAgeGrace,
+			MaxConnectionIdle:     a.opts.GRPCMaxConnectionIdle,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: a.opts.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(uint32(a.opts.GRPCMaxConcurrentStreams)),
+		grpc.ConnectionTimeout(a.opts.HTTPReadTimeout),
+	)
 	// Rate limit messages are small: fixed flow-control windows larger than
 	// any call needs, which also turns off grpc-go's bandwidth-estimating
 	// pings.
 	grpcOpts = append(grpcOpts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<24))
+	// A request that does not decode answers InvalidArgument, not Internal.
+	grpcOpts = append(grpcOpts, newRequestCodec().interceptors()...)
 	if a.opts.GRPCWorkers > 0 {
 		grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))
 	}
@@ -378,10 +388,18 @@ func (a *App) Start() error {
 	// net/http's own complaints (TLS handshakes, bad requests) go through
 	// the service's logger, so --log-format json stays JSON.
 	httpLog := slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)
-	a.httpServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ErrorLog: httpLog}
+	// Slow clients are cut off (docs/operations.md): the whole request
+	// must arrive within the read timeout, the answer leave within the
+	// write timeout. The debug listener has no write timeout: its CPU
+	// profiles and traces take as long as asked.
+	a.httpServer = &http.Server{Handler: mux, TLSConfig: tlsConfig, ErrorLog: httpLog,
+		ReadHeaderTimeout: a.opts.HTTPReadTimeout, ReadTimeout: a.opts.HTTPReadTimeout,
+		WriteTimeout: a.opts.HTTPWriteTimeout, IdleTimeout: a.opts.HTTPIdleTimeout}
 	a.debugServer = &http.Server{
 		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }, a.dashboard()),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: a.opts.HTTPReadTimeout,
+		ReadTimeout:       a.opts.HTTPReadTimeout,
+		IdleTimeout:       a.opts.HTTPIdleTimeout,
 		ErrorLog:          httpLog,
 	}
 
@@ -487,6 +505,14 @@ func (a *App) Shutdown(ctx context.Context) error {
 				addErr(err)
 			}
 		}()
+	}
+	// Connections that have sent nothing hold no call, but would keep the
+	// servers waiting (net/http 5 s, grpc-go until the handshake times
+	// out): close them so that an idle service stops at once.
+	for _, ln := range a.listeners {
+		if g, ok := ln.(*connGuard); ok {
+			g.closeSilent()
+		}
 	}
 	wg.Wait()
 	addErr(a.sinks.stop(ctx))

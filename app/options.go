@@ -175,6 +175,29 @@ type Options struct {
 	// Tracing configures OpenTelemetry tracing; off by default.
 	Tracing TracingOptions
 
+	// Connection limits against slow or greedy clients (docs/operations.md).
+	// HTTPReadTimeout bounds reading a whole HTTP request, headers and
+	// body, and also a gRPC connection's handshake; HTTPWriteTimeout bounds
+	// an HTTP request from the end of its headers to the end of the answer
+	// (not on the debug listener, whose CPU profiles take their time);
+	// HTTPIdleTimeout closes a keep-alive HTTP connection idle this long.
+	// Defaults 10s, 30s, 2m.
+	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
+	// MaxConnections caps the open connections of each listener (gRPC,
+	// HTTP, debug); past it a new connection waits in the kernel's accept
+	// queue until one closes. Default 4096; 0: no cap.
+	MaxConnections int
+	// GRPCMaxConnectionIdle closes (GOAWAY) a gRPC connection that has had
+	// no call for this long; default 5m, 0: never.
+	GRPCMaxConnectionIdle time.Duration
+	// GRPCKeepaliveMinTime is the shortest interval between a client's
+	// keepalive pings; a client pinging faster is disconnected. Default
+	// 10s. Pings on connections without calls are allowed.
+	GRPCKeepaliveMinTime time.Duration
+	// GRPCMaxConcurrentStreams caps the calls in flight on one gRPC
+	// connection; default 1000, at least 1.
+	GRPCMaxConcurrentStreams int
+
 	// Stats configure the StatsD/DogStatsD sink and envoyproxy/ratelimit's
 	// Prometheus series (--statsd-*, --stats-*, --dogstatsd*,
 	// --prometheus-*).
@@ -307,6 +330,14 @@ func Defaults() Options {
 		RuntimeWatchRoot:    true,
 
 		Stats: StatsOptions{FlushInterval: 10 * time.Second, PrometheusPath: "/metrics"},
+
+		HTTPReadTimeout:          10 * time.Second,
+		HTTPWriteTimeout:         30 * time.Second,
+		HTTPIdleTimeout:          2 * time.Minute,
+		MaxConnections:           4096,
+		GRPCMaxConnectionIdle:    5 * time.Minute,
+		GRPCKeepaliveMinTime:     10 * time.Second,
+		GRPCMaxConcurrentStreams: 1000,
 	}
 }
 
@@ -416,6 +447,15 @@ flags:
 	fs.StringVar(&o.Stats.PrometheusAddr, "prometheus-addr", o.Stats.PrometheusAddr, "with --prometheus-compat, also serve those series on this listen address (empty: none)")
 	fs.StringVar(&o.Stats.PrometheusPath, "prometheus-path", o.Stats.PrometheusPath, "path of the series on --prometheus-addr")
 	fs.BoolVar(&o.Stats.PrometheusResponseTimeMillis, "prometheus-response-time-ms", o.Stats.PrometheusResponseTimeMillis, "report ratelimit_service_response_time_seconds in milliseconds, as upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
+
+	// Connection limits against slow or greedy clients.
+	durationVar(fs, &o.HTTPReadTimeout, "http-read-timeout", o.HTTPReadTimeout, "longest time to read a whole HTTP request, and a gRPC connection's handshake")
+	durationVar(fs, &o.HTTPWriteTimeout, "http-write-timeout", o.HTTPWriteTimeout, "longest time from an HTTP request's headers to the end of its answer (not on the debug listener)")
+	durationVar(fs, &o.HTTPIdleTimeout, "http-idle-timeout", o.HTTPIdleTimeout, "close keep-alive HTTP connections idle this long")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "most open connections per listener (gRPC, HTTP, debug); more wait to be accepted (0: no cap)")
+	durationVar(fs, &o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", o.GRPCMaxConnectionIdle, "close gRPC connections without a call for this long with a GOAWAY (0: never)")
+	durationVar(fs, &o.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", o.GRPCKeepaliveMinTime, "shortest interval between a gRPC client's keepalive pings; faster pingers are disconnected")
+	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "most calls in flight on one gRPC connection")
 
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.
@@ -595,6 +635,23 @@ func (o *Options) Validate() error {
 		if v != "" && !validHeaderName(v) {
 			bad(flag, "%q is not a header name", v)
 		}
+	}
+	for _, d := range [...]struct {
+		flag string
+		v    time.Duration
+	}{{"http-read-timeout", o.HTTPReadTimeout}, {"http-write-timeout", o.HTTPWriteTimeout}, {"http-idle-timeout", o.HTTPIdleTimeout}, {"grpc-keepalive-min-time", o.GRPCKeepaliveMinTime}} {
+		if d.v <= 0 {
+			bad(d.flag, "%s must be positive", d.v)
+		}
+	}
+	if o.GRPCMaxConnectionIdle < 0 {
+		bad("grpc-max-connection-idle", "%s is negative", o.GRPCMaxConnectionIdle)
+	}
+	if o.MaxConnections < 0 {
+		bad("max-connections", "%d is negative (0: no cap)", o.MaxConnections)
+	}
+	if o.GRPCMaxConcurrentStreams < 1 {
+		bad("grpc-max-concurrent-streams", "%d must be at least 1", o.GRPCMaxConcurrentStreams)
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)

@@ -112,6 +112,7 @@ type Proxy struct {
 	server    *http.Server
 	debug     *http.Server
 	ln, dbgLn net.Listener
+	maxConns  int
 	closeFn   func() error
 }
 
@@ -167,12 +168,17 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 	return &Proxy{
 		log:     log,
 		limiter: l,
-		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		// Proxied bodies and answers may be long or streamed: no whole
+		// request read or write timeout, but the headers, idle keep-alive
+		// connections and open connections are bounded as serve's.
+		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: p.Store.HTTPReadTimeout,
+			IdleTimeout: p.Store.HTTPIdleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" },
-			server.NewDashboard(server.DashboardOptions{Gatherer: reg, Clock: deps.Clock, Adaptive: func() *server.AdaptiveState { return adaptiveState(l, reg) }})), ReadHeaderTimeout: 10 * time.Second,
+			server.NewDashboard(server.DashboardOptions{Gatherer: reg, Clock: deps.Clock, Adaptive: func() *server.AdaptiveState { return adaptiveState(l, reg) }})),
+			ReadHeaderTimeout: p.Store.HTTPReadTimeout, ReadTimeout: p.Store.HTTPReadTimeout, IdleTimeout: p.Store.HTTPIdleTimeout,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-		closeFn: closeFn,
+		maxConns: p.Store.MaxConnections,
+		closeFn:  closeFn,
 	}, nil
 }
 
@@ -182,11 +188,13 @@ func (x *Proxy) Start(addr, debugAddr string) error {
 	if x.ln, err = net.Listen("tcp", addr); err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	x.ln = guardListener(x.ln, x.maxConns)
 	if debugAddr != "" && debugAddr != "off" {
 		if x.dbgLn, err = net.Listen("tcp", debugAddr); err != nil {
 			_ = x.ln.Close()
 			return fmt.Errorf("--debug-addr: %w", err)
 		}
+		x.dbgLn = guardListener(x.dbgLn, x.maxConns)
 		go func() { _ = x.debug.Serve(x.dbgLn) }()
 	}
 	go func() { _ = x.server.Serve(x.ln) }()

@@ -81,10 +81,37 @@ func (a *App) watchedDirs() map[string]map[string]bool {
 	}
 	for _, p := range []string{o.LimitsPath, o.OverridesPath} {
 		if p != "" {
-			whole(p, false)
+			limitsFile(p, anchor, whole)
 		}
 	}
 	return dirs
+}
+
+// limitsFile watches a key-value limits file, not the files next to it: its
+// directory is watched for events on the file alone. A file that is a
+// symlink is also watched where it leads, and for the link's first step
+// when that is a name in the same directory: a Kubernetes ConfigMap's
+// limits.yaml → ..data/limits.yaml is updated by swapping ..data. A path
+// that is a directory is watched whole.
+func limitsFile(p string, anchor func(string), whole func(string, bool)) {
+	p = filepath.Clean(p)
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		whole(p, false)
+		return
+	}
+	anchor(p)
+	target, err := os.Readlink(p)
+	if err != nil {
+		return // not a link (or not there yet)
+	}
+	if !filepath.IsAbs(target) {
+		if first, _, _ := strings.Cut(filepath.ToSlash(target), "/"); first != "" && first != "." && first != ".." {
+			anchor(filepath.Join(filepath.Dir(p), first))
+		}
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+		anchor(real)
+	}
 }
 
 // watcher keeps an fsnotify watcher on the directories watchedDirs lists.

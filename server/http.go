@@ -33,6 +33,9 @@ const MaxBodyBytes = 1 << 20
 func JSONHandler(rls *RLS) http.Handler {
 	fail := func(w http.ResponseWriter, code int, err error) {
 		rls.opts.Logger.Debug("json request refused", "status", code, "err", err)
+		// The body stays envoyproxy/ratelimit's plain status text; the
+		// reason goes in a header of its own.
+		w.Header().Set(ErrorHeader, headerSafe(err.Error()))
 		http.Error(w, http.StatusText(code), code)
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -70,6 +73,27 @@ func JSONHandler(rls *RLS) http.Handler {
 		return traceHTTP(t, jsonSpan, h)
 	}
 	return h
+}
+
+// ErrorHeader carries the reason of a refused /json request; the body is
+// only the status text, as envoyproxy/ratelimit answers.
+const ErrorHeader = "X-Sluice-Error"
+
+// maxErrorHeader bounds ErrorHeader's value, in bytes.
+const maxErrorHeader = 512
+
+// headerSafe makes s a header value: printable ASCII only (other bytes
+// become '?'), at most maxErrorHeader bytes.
+func headerSafe(s string) string {
+	b := make([]byte, 0, min(len(s), maxErrorHeader))
+	for i := 0; i < len(s) && len(b) < maxErrorHeader; i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b)
 }
 
 // jsonSpan is the name of a /json call's span.

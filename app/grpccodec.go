@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+)
+
+// requestCodec is the gRPC server's codec: grpc-go's proto codec, except
+// that a request that does not decode (invalid UTF-8 in a string field, a
+// truncated message) is the caller's fault, InvalidArgument, where grpc-go
+// answers Internal. grpc-go turns any error a codec returns into Internal
+// (rpc_util.go, recv), so Unmarshal reports success and notes the error
+// against the message; the interceptors (interceptors) answer it before
+// any handler sees the message. Only messages that failed to decode are
+// noted, and each note is taken back when its call checks it.
+type requestCodec struct {
+	encoding.CodecV2
+	failed sync.Map // message (a pointer) → its *status.Status error
+}
+
+func newRequestCodec() *requestCodec {
+	return &requestCodec{CodecV2: encoding.GetCodecV2("proto")}
+}
+
+func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if err := c.CodecV2.Unmarshal(data, v); err != nil {
+		c.failed.Store(v, status.Errorf(codes.InvalidArgument, "invalid request: %v", err))
+	}
+	return nil
+}
+
+// check returns the InvalidArgument error of a message that did not
+// decode, nil for one that did.
+func (c *requestCodec) check(v any) error {
+	if err, ok := c.failed.LoadAndDelete(v); ok {
+		return err.(error)
+	}
+	return nil
+}
+
+// interceptors answer a call whose request did not decode with the
+// codec's InvalidArgument.
+func (c *requestCodec) interceptors() []grpc.ServerOption {
+	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if err := c.check(req); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+		return next(srv, checkedStream{ServerStream: ss, c: c})
+	}
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
+}
+
+// checkedStream is a server stream whose received messages are checked.
+type checkedStream struct {
+	grpc.ServerStream
+	c *requestCodec
+}
+
+func (s checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.c.check(m)
+}
