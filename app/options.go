@@ -9,10 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/server"
 )
 
 // Options configure a Sluice service. Every field has a command-line flag
@@ -122,6 +125,11 @@ type Options struct {
 	// is_negative_hits. Either lets a caller who reaches the port change
 	// its own counting: turn them off where callers are not trusted.
 	RequestLimits, NegativeHits bool
+	// KVAdminTokenFile and KVAdminClientSAN guard the key-value Refund and
+	// Reset calls (server.AdminAuth): a bearer token read from the file,
+	// or a TLS client certificate naming the SAN (needs TLSClientCA). Both
+	// empty (the default): every caller may make them.
+	KVAdminTokenFile, KVAdminClientSAN string
 
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
@@ -402,6 +410,8 @@ flags:
 	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
 	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
 	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
+	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
+	fs.StringVar(&o.KVAdminClientSAN, "kv-admin-client-san", o.KVAdminClientSAN, "a name a TLS client certificate must carry to make key-value refund and reset calls (needs --tls-client-ca)")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
 	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, in bytes")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
@@ -596,6 +606,14 @@ func (o *Options) Validate() error {
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	if o.KVAdminClientSAN != "" && o.TLSClientCA == "" {
+		bad("kv-admin-client-san", "needs --tls-client-ca: client certificates are only asked for with mutual TLS")
+	}
+	if o.KVAdminTokenFile != "" {
+		if _, err := o.kvAdmin(); err != nil {
+			bad("kv-admin-token-file", "%v", err)
+		}
+	}
 	for _, c := range [...]struct {
 		flag string
 		v    int
@@ -798,4 +816,21 @@ func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Dur
 	// The backquoted word names the value in -help, as "duration" for
 	// fs.DurationVar's flags.
 	fs.Var(durationFlag{p}, name, usage+" (a `duration` such as 250ms or 1m)")
+}
+
+// kvAdmin reads the key-value administrator credentials the options name.
+func (o *Options) kvAdmin() (server.AdminAuth, error) {
+	a := server.AdminAuth{ClientSAN: o.KVAdminClientSAN}
+	if o.KVAdminTokenFile == "" {
+		return a, nil
+	}
+	b, err := os.ReadFile(o.KVAdminTokenFile)
+	if err != nil {
+		return a, fmt.Errorf("read the token: %w", err)
+	}
+	a.Token = strings.TrimSpace(string(b))
+	if a.Token == "" {
+		return a, fmt.Errorf("%s holds no token", o.KVAdminTokenFile)
+	}
+	return a, nil
 }

@@ -24,6 +24,9 @@ const (
 	Unavailable
 	// Canceled is a caller that went away: gRPC Canceled, HTTP 499.
 	Canceled
+	// Forbidden is a caller not allowed to make the call: gRPC
+	// PermissionDenied, HTTP 403.
+	Forbidden
 )
 
 // String names the class.
@@ -35,6 +38,8 @@ func (c Class) String() string {
 		return "unavailable"
 	case Canceled:
 		return "canceled"
+	case Forbidden:
+		return "forbidden"
 	}
 	return "internal"
 }

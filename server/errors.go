@@ -41,12 +41,14 @@ var (
 		limiter.Invalid:     codes.InvalidArgument,
 		limiter.Unavailable: codes.Unavailable,
 		limiter.Canceled:    codes.Canceled,
+		limiter.Forbidden:   codes.PermissionDenied,
 	}
 	httpStatuses = [...]int{
 		limiter.Internal:    http.StatusInternalServerError,
 		limiter.Invalid:     http.StatusBadRequest,
 		limiter.Unavailable: http.StatusServiceUnavailable,
 		limiter.Canceled:    499, // the client went away
+		limiter.Forbidden:   http.StatusForbidden,
 	}
 )
 

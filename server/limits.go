@@ -35,6 +35,9 @@ type KVOptions struct {
 	Registerer prometheus.Registerer
 	// Logger for internal errors; default slog.Default().
 	Logger *slog.Logger
+	// Admin guards Refund and Reset; the zero value lets every caller
+	// make them.
+	Admin AdminAuth
 	// Tracer starts a span per call, continuing the caller's trace; nil
 	// (tracing off) starts none and costs nothing.
 	Tracer *tracing.Tracer
@@ -52,6 +55,7 @@ type KV struct {
 	log     *slog.Logger
 	metrics *kvMetrics
 	tracer  *tracing.Tracer
+	guard   AdminAuth
 }
 
 var _ sluicev1.LimitsServer = (*KV)(nil)
@@ -70,7 +74,7 @@ func NewKV(o KVOptions) *KV {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer}
+	return &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer, guard: o.Admin}
 }
 
 // The key-value calls, as metric label values.
@@ -256,7 +260,12 @@ func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req 
 	if kv.tracer != nil {
 		ctx, span = kv.tracer.StartGRPC(ctx, kvSpanName(method, false))
 	}
-	d, b, err := kv.decide(ctx, method, kvTxn{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind})
+	var d limiter.Decision
+	var b limits.Bucket
+	err := kv.admin(method, func() error { return kv.guard.allowGRPC(ctx) })
+	if err == nil {
+		d, b, err = kv.decide(ctx, method, kvTxn{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind})
+	}
 	if err != nil {
 		err = grpcError(err)
 	}
@@ -327,6 +336,15 @@ func (kv *KV) batchGRPC(ctx context.Context, req *sluicev1.BatchRequest) (*sluic
 		resp.Results[i] = decisionProto(a.each[i], a.buckets[i])
 	}
 	return resp, nil
+}
+
+// admin checks, for the calls that give capacity back (refund, reset),
+// the caller's credentials with check; other calls pass.
+func (kv *KV) admin(method string, check func() error) error {
+	if method != methodRefund && method != methodReset {
+		return nil
+	}
+	return check()
 }
 
 // decisionProto translates a limiter decision on bucket b into the gRPC

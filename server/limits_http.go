@@ -45,6 +45,9 @@ import (
 func KVHTTPHandler(kv *KV) http.Handler {
 	single := func(method string, kind limiter.Kind) http.Handler {
 		return kvHandler(method != methodRefund && method != methodReset, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
+			if err := kv.admin(method, func() error { return kv.guard.allowHTTP(r) }); err != nil {
+				return nil, limiter.Decision{}, err
+			}
 			var req kvRequest
 			if err := decodeStrict(body, &req); err != nil {
 				return nil, limiter.Decision{}, err
