@@ -196,6 +196,7 @@ func New(o Options, deps Deps) (*App, error) {
 		Logger:              log,
 		Tracer:              tracer,
 		MaxDescriptors:      o.MaxDescriptors,
+		RetryAfterHeader:    o.RetryAfterHeader,
 		IgnoreRequestLimits: !o.RequestLimits,
 		IgnoreNegativeHits:  !o.NegativeHits,
 		MaxEntries:          o.MaxDescriptorEntries,

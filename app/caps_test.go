@@ -105,3 +105,54 @@ func TestRequestLimitsAndNegativeHitsCanBeTurnedOff(t *testing.T) {
 		})
 	}
 }
+
+// --retry-after-header adds retry-after to OVER_LIMIT answers: the seconds
+// until the first over-limit descriptor frees, rounded up (issue 15,
+// item 2), for fixed windows and GCRA rules alike.
+func TestRetryAfterHeader(t *testing.T) {
+	const cfg = `
+domain: ra
+descriptors:
+  - key: hour
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: minute
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: smooth
+    rate_limit: {unit: minute, requests_per_unit: 6, burst: 1}
+`
+	header := func(resp *rlsv3.RateLimitResponse) string {
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if h.GetKey() == "retry-after" {
+				return h.GetValue()
+			}
+		}
+		return ""
+	}
+	ta := start(t, map[string]string{"ra.yaml": cfg}, func(o *app.Options) { o.RetryAfterHeader = true })
+	// The fake clock stands on an hour boundary: a new hour window frees
+	// in 3600 s, a minute window in 60 s, the GCRA rule (one per 10 s) in 10.
+	if got := header(ta.ask(t, "ra", desc("hour", "a"), desc("minute", "a"))); got != "" {
+		t.Fatalf("within the limits: got retry-after %q, want none", got)
+	}
+	if got := header(ta.ask(t, "ra", desc("hour", "a"), desc("minute", "a"))); got != "60" {
+		t.Errorf("both over: got retry-after %q, want 60 (the first to free)", got)
+	}
+	ta.ask(t, "ra", desc("smooth", "s"))
+	if got := header(ta.ask(t, "ra", desc("smooth", "s"))); got != "10" {
+		t.Errorf("a GCRA rule over: got retry-after %q, want 10", got)
+	}
+	off := start(t, map[string]string{"ra.yaml": cfg}, nil)
+	off.ask(t, "ra", desc("hour", "b"))
+	if got := header(off.ask(t, "ra", desc("hour", "b"))); got != "" {
+		t.Errorf("without the option: got retry-after %q, want none", got)
+	}
+}
+
+func TestRetryAfterHeaderFromTheEnvironment(t *testing.T) {
+	o, err := app.ParseServe(nil, func(k string) string {
+		return map[string]string{"RETRY_AFTER_HEADER_ENABLED": "true"}[k]
+	}, io.Discard)
+	if err != nil || !o.RetryAfterHeader || o.Stats.StatsdAddr != "" {
+		t.Fatalf("got %v, retry-after %t, statsd %q; want the header on and no StatsD (the variable is not envoyproxy/ratelimit's)", err, o.RetryAfterHeader, o.Stats.StatsdAddr)
+	}
+}

@@ -129,6 +129,10 @@ var envoyVars = []envoyVar{
 	{name: "LIMIT_REMAINING_HEADER", def: "RateLimit-Remaining", status: envoySupported, set: headerName("response-header-remaining")},
 	{name: "LIMIT_RESET_HEADER", def: "RateLimit-Reset", status: envoySupported, set: headerName("response-header-reset")},
 
+	// Not envoyproxy/ratelimit's: the variable its users ask for (Envoy
+	// #45384), read here beside its own.
+	{name: "RETRY_AFTER_HEADER_ENABLED", def: "false", as: asBool, status: envoySupported, set: toFlag("retry-after-header")},
+
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", def: "false", as: asBool, status: envoySupported, set: toFlag("healthy-with-at-least-one-config-loaded")},
 
 	{name: "REDIS_SOCKET_TYPE", def: "unix", status: envoySupported, set: socketType("redis-socket-type")},
@@ -245,7 +249,9 @@ func applyEnvoyEnv(fs *flag.FlagSet, o *Options, getenv func(string) string) (en
 		if val == "" {
 			continue
 		}
-		anySet = true
+		// RETRY_AFTER_HEADER_ENABLED is not envoyproxy/ratelimit's: alone,
+		// it does not make an environment of its variables.
+		anySet = anySet || v.name != "RETRY_AFTER_HEADER_ENABLED"
 		if err := checkParses(v.as, val); err != nil {
 			errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", v.name, val, err))
 			continue

@@ -125,6 +125,9 @@ type Options struct {
 	// is_negative_hits. Either lets a caller who reaches the port change
 	// its own counting: turn them off where callers are not trusted.
 	RequestLimits, NegativeHits bool
+	// RetryAfterHeader adds retry-after to Envoy's response headers when
+	// the answer is OVER_LIMIT (server.RLSOptions.RetryAfterHeader).
+	RetryAfterHeader bool
 	// KVAdminTokenFile and KVAdminClientSAN guard the key-value Refund and
 	// Reset calls (server.AdminAuth): a bearer token read from the file,
 	// or a TLS client certificate naming the SAN (needs TLSClientCA). Both
@@ -409,6 +412,7 @@ flags:
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
 	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
 	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
+	fs.BoolVar(&o.RetryAfterHeader, "retry-after-header", o.RetryAfterHeader, "add retry-after (seconds until the first over-limit descriptor frees) to OVER_LIMIT answers' response headers")
 	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
 	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
 	fs.StringVar(&o.KVAdminClientSAN, "kv-admin-client-san", o.KVAdminClientSAN, "a name a TLS client certificate must carry to make key-value refund and reset calls (needs --tls-client-ca)")

@@ -66,6 +66,11 @@ type RLSOptions struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// Logger for request errors; default slog.Default().
 	Logger *slog.Logger
+	// RetryAfterHeader adds "retry-after" (whole seconds, rounded up) to
+	// the response headers of an OVER_LIMIT answer: the time until the
+	// first of its over-limit descriptors frees (the end of a window, or a
+	// GCRA rule's retry time).
+	RetryAfterHeader bool
 	// IgnoreRequestLimits counts every descriptor against the configured
 	// rules, ignoring a limit the request carries (a caller could raise
 	// its own limit with one). IgnoreNegativeHits counts is_negative_hits
@@ -404,6 +409,7 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
 	over, quota, quotaOver := 0, 0, 0
+	frees := time.Duration(-1) // the soonest an over-limit descriptor frees
 
 	for i := range checks {
 		c := &checks[i]
@@ -451,6 +457,9 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 		if s.opts.ResponseHeaders && st.LimitRemaining < closestRemaining {
 			closest, closestRemaining = st, st.LimitRemaining
 		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && (frees < 0 || reset < frees) {
+			frees = reset
+		}
 		switch {
 		case st.Code != rlsv3.RateLimitResponse_OVER_LIMIT:
 			c.passed = true
@@ -471,6 +480,10 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 			{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
 			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(limiter.ResetSeconds(closest.DurationUntilReset.AsDuration()), 10)},
 		}
+	}
+	if s.opts.RetryAfterHeader && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && frees >= 0 {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(limiter.RetryAfter(frees), 10)})
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
