@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/proctest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
@@ -60,8 +61,8 @@ type Server struct {
 	t      testing.TB
 	log    string // path of the process's output
 	mu     sync.Mutex
-	cmd    *exec.Cmd     // protected by mu; nil while stopped
-	exited chan struct{} // protected by mu; closed when cmd has exited
+	cmd    *exec.Cmd       // protected by mu; nil while stopped
+	exited <-chan struct{} // protected by mu; closed when cmd has exited
 }
 
 // Start starts one memcached (64 MB, TCP only) and returns it once it
@@ -114,41 +115,13 @@ func (s *Server) launch() error {
 		args = append(args, "-Z", "-o", "ssl_chain_cert="+s.TLS.ServerCertFile+",ssl_key="+s.TLS.ServerKeyFile+",ssl_ca_cert="+s.TLS.CAFile)
 	}
 	cmd := exec.Command("memcached", args...)
-	out, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		out.Close()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		_, err := s.Do("version")
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("memcached exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("not ready after %s: %v", startTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return proctest.Launch(cmd, s.log, startTimeout,
+		func(exited <-chan struct{}) {
+			s.mu.Lock()
+			s.cmd, s.exited = cmd, exited
+			s.mu.Unlock()
+		},
+		func() error { _, err := s.Do("version"); return err })
 }
 
 func (s *Server) logTail() string {

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/proctest"
 )
 
 // startTimeout bounds how long a server may take to answer PING.
@@ -94,8 +96,8 @@ type Server struct {
 	conf   string   // path of redis.conf
 	args   []string // extra command-line arguments (--sentinel)
 	mu     sync.Mutex
-	cmd    *exec.Cmd     // protected by mu; nil while stopped
-	exited chan struct{} // protected by mu; closed when cmd has exited
+	cmd    *exec.Cmd       // protected by mu; nil while stopped
+	exited <-chan struct{} // protected by mu; closed when cmd has exited
 
 	statsMu   sync.Mutex
 	statsConn net.Conn      // Reads' connection, kept open; protected by statsMu
@@ -266,42 +268,13 @@ func (s *Server) launch() error {
 	args := append([]string{s.conf}, s.args...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.Dir
-	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return err
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		out.Close()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		_, err := s.Do("PING")
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-server exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("not ready after %s: %v", startTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return proctest.Launch(cmd, filepath.Join(s.Dir, "stdout.log"), startTimeout,
+		func(exited <-chan struct{}) {
+			s.mu.Lock()
+			s.cmd, s.exited = cmd, exited
+			s.mu.Unlock()
+		},
+		func() error { _, err := s.Do("PING"); return err })
 }
 
 // logTail returns the end of the server's log files.
