@@ -82,8 +82,8 @@ start_sluice() { # name grpc-port http-port [flags...]: starts sluice serve; set
 rss_kib() { awk '$1 == "VmRSS:" {print $2}' "/proc/$1/status"; }
 now_ms() { date +%s%3N; }
 health() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$1/healthcheck" || true; }
-metric() { # debug-port name: the sum of a metric's series, 0 when absent
-  curl -s --max-time 2 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {print s + 0}'
+metric() { # debug-port series: the value of one series, as printed (with its labels), "absent" when not served
+  { curl -s --max-time 2 "http://127.0.0.1:$1/metrics" || true; } | awk -v n="$2" '$1 == n {v = $2; f = 1} END {print (f ? v : "absent")}'
 }
 
 mkdir -p "$work/config"
@@ -183,16 +183,37 @@ bad_inputs() {
       case $code in 4??) ;; *) non4xx=$((non4xx + 1)) worst+=" $path:$file=$code" ;; esac
     done
   done
+  # The same over gRPC (envoy.service.ratelimit.v3), through `sluice query`;
+  # one argument can carry at most 128 KiB, so the long strings are 100 KiB.
+  local kib100 many entries gsent=0 ginvalid=0 gkinds=0 gline gn gerr
+  kib100=$(head -c 102400 /dev/zero | tr '\0' d)
+  mapfile -t many < <(seq -f 'roomy=%g' 80000)
+  entries=$(seq -f 'k%g=v' 1000 | paste -sd, -)
+  local gplan=("roomy=$kib100 20" "$kib100=x 20" "$entries 3")
+  for gline in "${gplan[@]}" "many 3"; do
+    gn=${gline##* }
+    gkinds=$((gkinds + 1))
+    for i in $(seq "$gn"); do
+      gerr=$work/grpc-err
+      if [ "$gline" = "many 3" ]; then
+        "$sluice" query --addr "127.0.0.1:$grpc" --domain faults --timeout 10s "${many[@]}" >/dev/null 2>"$gerr" || true
+      else
+        "$sluice" query --addr "127.0.0.1:$grpc" --domain faults --timeout 10s "${gline% *}" >/dev/null 2>"$gerr" || true
+      fi
+      gsent=$((gsent + 1))
+      if grep -q 'answered InvalidArgument' "$gerr"; then ginvalid=$((ginvalid + 1)); else worst+=" grpc:$(head -c 200 "$gerr")"; fi
+    done
+  done
   local alive=dead
   if kill -0 "$pid" 2>/dev/null && [ "$(health "$http")" = 200 ]; then alive=alive; fi
   rss1=$(rss_kib "$pid" 2>/dev/null || echo 0)
   local byc
   byc=$(sort "$work/codes" | uniq -c | awk '{printf "%s%s×%d", (NR > 1 ? ", " : ""), $2, $1}')
   local verdict=ok
-  if [ "$non4xx" -ne 0 ] || [ "$alive" != alive ] || [ "$rss1" -gt 262144 ]; then verdict="FAILED${worst}"; fi
-  row "1. bad inputs over HTTP" \
-    "$kinds kinds of malformed request to /json and /v1/{spend,check,refund,reset,batch}, $sent requests, among them 100× a 1 MiB descriptor value, 100× a 1 MiB KV id, 80,000 descriptors, 2 MiB bodies, invalid UTF-8" \
-    "answers: $byc; not 4xx: $non4xx; process $alive, /healthcheck $(health "$http"); RSS $((rss0 / 1024)) MiB before, $((rss1 / 1024)) MiB after" \
+  if [ "$non4xx" -ne 0 ] || [ "$ginvalid" -ne "$gsent" ] || [ "$alive" != alive ] || [ "$rss1" -gt 262144 ]; then verdict="FAILED${worst}"; fi
+  row "1. bad inputs over HTTP and gRPC" \
+    "HTTP: $kinds kinds of malformed request to /json and /v1/{spend,check,refund,reset,batch}, $sent requests, among them 100× a 1 MiB descriptor value, 100× a 1 MiB KV id, 80,000 descriptors, 2 MiB bodies, invalid UTF-8; gRPC: $gkinds kinds, $gsent requests (100 KiB keys and values, 1,000 entries in a descriptor, 80,000 descriptors)" \
+    "HTTP answers: $byc; not 4xx: $non4xx; gRPC answered InvalidArgument: $ginvalid of $gsent; process $alive, /healthcheck $(health "$http"); RSS $((rss0 / 1024)) MiB before, $((rss1 / 1024)) MiB after" \
     "$verdict"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
@@ -323,15 +344,16 @@ redis_paused() {
   sleep 0.5
   touch "$stop"
   wait "${workers_pids[@]}" 2>/dev/null || true
-  local nok nbad sok sbad down
+  local nok nbad sok sbad down fallback
   read -r nok nbad < <(cat "$work"/paused-normal* | awk '{o += $1; b += $2} END {print o + 0, b + 0}')
   read -r sok sbad < <(cat "$work"/paused-short* | awk '{o += $1; b += $2} END {print o + 0, b + 0}')
-  down=$(metric "$debug" sluice_store_primary_transitions_total)
+  down=$(metric "$debug" 'sluice_store_primary_transitions_total{to="down"}')
+  fallback=$(metric "$debug" 'sluice_store_fallback_answers_total{policy="deny"}')
   local verdict=ok
   if [ "$nbad" -ne 0 ] || [ "$down" != 0 ]; then verdict=FAILED; fi
   row "4. Redis paused (SIGSTOP) 3× 200 ms, callers with a 2 ms deadline" \
     "2 callers with a 2 ms deadline and 2 with 1 s, gRPC \`sluice query\` in loops; \`--on-store-error deny --redis-timeout 500ms\`" \
-    "1 s callers failed or denied: $nbad of $((nok + nbad)); 2 ms callers answered OK $sok of $((sok + sbad)); store marked down $down times" \
+    "1 s callers failed or denied: $nbad of $((nok + nbad)); 2 ms callers answered OK $sok of $((sok + sbad)); store marked down $down times; deny-policy answers $fallback" \
     "$verdict"
   kill "$spid"
   wait "$spid" 2>/dev/null || true
