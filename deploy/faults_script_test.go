@@ -118,3 +118,36 @@ func TestFaultsScriptFlagsAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultsTableIsInTheDocs checks that docs/operations.md shows a run of
+// the script: its command, its machine line and a row per scenario.
+func TestFaultsTableIsInTheDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Faults tried and survived\n")
+	if !ok {
+		t.Fatal(`docs/operations.md: got no "## Faults tried and survived" section, want one`)
+	}
+	tests := []struct {
+		name string
+		want string
+	}{
+		{"it gives the command", "scripts/faults.sh\n```"},
+		{"it gives the machine the run was on", "    scripts/faults.sh, "},
+		{"it has the table's header", "| scenario | tried | measured | held |"},
+		{"it has a row for bad inputs", "\n| 1. bad inputs"},
+		{"it has a row for over-admission", "\n| 2. over-admission"},
+		{"it has a row for Redis killed", "\n| 3. Redis killed"},
+		{"it has a row for Redis paused", "\n| 4. Redis paused"},
+		{"it has a row for SIGTERM", "\n| 5. SIGTERM"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !strings.Contains(section, tt.want) {
+				t.Errorf("docs/operations.md, Faults tried and survived: got no %q, want it", tt.want)
+			}
+		})
+	}
+}
