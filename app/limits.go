@@ -55,6 +55,9 @@ func (a *App) loadLimits() error {
 	nd, no := set.Len()
 	a.limitsLoaded.WithLabelValues("default").Set(float64(nd))
 	a.limitsLoaded.WithLabelValues("override").Set(float64(no))
-	a.log.Info("key-value limits loaded", "defaults", nd, "overrides", no)
+	for _, w := range set.Warnings() {
+		a.log.Warn("key-value limits: ignored override", "problem", w.Error())
+	}
+	a.log.Info("key-value limits loaded", "defaults", nd, "overrides", no, "ignored", len(set.Warnings()))
 	return nil
 }

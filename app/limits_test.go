@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,5 +81,34 @@ func TestBadLimitsFailStartup(t *testing.T) {
 	_, err := app.New(o, app.Deps{})
 	if err == nil || !strings.Contains(err.Error(), "defaults.yaml:1") || !strings.Contains(err.Error(), "Bogus") {
 		t.Fatalf("got %v, want an error naming defaults.yaml:1 and Bogus", err)
+	}
+}
+
+// An override id that can never match, as in Boulder's own files, does not
+// stop the server: it is logged as a warning and left out.
+func TestUnreachableOverrideIsLoggedAndIgnored(t *testing.T) {
+	dir := t.TempDir()
+	defaults, overrides := filepath.Join(dir, "defaults.yaml"), filepath.Join(dir, "overrides.yaml")
+	writeFile(t, defaults, "CertificatesPerDomain:\n  burst: 50\n  count: 50\n  period: 168h\n")
+	writeFile(t, overrides, "- CertificatesPerDomain:\n    burst: 300\n    count: 300\n    period: 168h\n    ids:\n      - le.wtf\n      - ecdsa.le.wtf\n")
+	o := app.Defaults()
+	o.LimitsPath, o.OverridesPath = defaults, overrides
+	var logs strings.Builder
+	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, &logs)})
+	if err != nil {
+		t.Fatalf("app.New: %v, want the file to load", err)
+	}
+	t.Cleanup(func() { a.Shutdown(context.Background()) })
+	for _, want := range []string{"key-value limits: ignored override", `ecdsa.le.wtf`, "overrides.yaml:7", "ignored=1"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs %q: got no %q, want it", logs.String(), want)
+		}
+	}
+	b, err := a.Limits().Resolve(limits.CertificatesPerDomain, "ecdsa.le.wtf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Override || b.Key != "5:le.wtf" || b.Limit.Count != 300 {
+		t.Errorf("Resolve(ecdsa.le.wtf): got key %s override %t count %d, want le.wtf's override 5:le.wtf with 300", b.Key, b.Override, b.Limit.Count)
 	}
 }

@@ -28,6 +28,12 @@ var (
 	// ErrSyntax reports a file that is not YAML, or whose YAML does not
 	// have the expected shape: unknown or missing keys, wrong node kinds.
 	ErrSyntax = errors.New("malformed limits file")
+	// ErrUnreachableID reports an override id that is valid but can never
+	// match, because requests are counted under another key: a subdomain
+	// for CertificatesPerDomain, counted under its eTLD+1. Boulder's own
+	// override files have such ids, so it is a warning (see
+	// Overrides.Warnings) that a strict check may treat as an error.
+	ErrUnreachableID = errors.New("override id can never match")
 )
 
 // Error is one problem found in a limits file. The zero value is an empty

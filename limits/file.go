@@ -49,7 +49,8 @@ func (d *Defaults) Len() int {
 // zero value holds no overrides. An Overrides is never modified after
 // parsing and is safe for concurrent use.
 type Overrides struct {
-	list []Override
+	list     []Override
+	warnings ErrorList
 }
 
 // Override is the limit for one bucket key, or for every bucket of one
@@ -71,6 +72,17 @@ func (o *Overrides) All() []Override {
 		return nil
 	}
 	return slices.Clone(o.list)
+}
+
+// Warnings returns the problems found that did not stop the file loading,
+// in line order: override ids that can never match (ErrUnreachableID),
+// which were left out of the overrides. The caller may modify the returned
+// slice.
+func (o *Overrides) Warnings() ErrorList {
+	if o == nil {
+		return nil
+	}
+	return slices.Clone(o.warnings)
 }
 
 // Len returns the number of overrides, one per id.
@@ -229,6 +241,7 @@ func ParseOverrides(filename string, data []byte) (*Overrides, error) {
 	if err := p.err(); err != nil {
 		return nil, err
 	}
+	o.warnings = p.warnings
 	return o, nil
 }
 
@@ -239,10 +252,11 @@ const maxErrors = 100
 // parser collects the errors found in one file. It is used by one
 // goroutine at a time.
 type parser struct {
-	doc     *yamlconf.Doc
-	errs    ErrorList
-	dropped int              // errors found beyond maxErrors
-	enums   map[int64]string // enum number → user-defined name using it
+	doc      *yamlconf.Doc
+	errs     ErrorList
+	warnings ErrorList        // problems that do not stop the load
+	dropped  int              // errors found beyond maxErrors
+	enums    map[int64]string // enum number → user-defined name using it
 }
 
 // newParser decodes data, recording a YAML syntax error or a second
@@ -517,6 +531,14 @@ func unquoted(m yamlconf.Node) bool {
 // override without its limit.
 func (p *parser) override(at yamlconf.Node, n Name, id, comment string) (located, bool) {
 	k, rule := overrideID(n.Format, id)
+	if want, ok := unreachable(n.Format, id); rule != "" && ok {
+		if len(p.warnings) < maxErrors {
+			p.warnings = append(p.warnings, &Error{File: p.doc.File(), Line: at.Line(), Col: at.Col(), Name: n.Text, ID: id, Err: ErrUnreachableID,
+				Reason: fmt.Sprintf("override id %q for %s can never match: requests are counted under %q (bucket key %s); write %q to apply it",
+					id, n.Text, want, enumPrefix(n.Enum)+want, want)})
+		}
+		return located{}, false
+	}
 	if rule != "" {
 		err := &IDError{Name: n.Text, ID: id, Rule: rule}
 		p.errorf(at, n.Text, id, ErrInvalidID, "%s", err)

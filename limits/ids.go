@@ -110,6 +110,44 @@ func overrideID(f Format, id string) (key, rule string) {
 	return "", "has an unknown format " + f.String()
 }
 
+// unreachable reports whether id, an override id in format f that
+// overrideID refused, is one Boulder accepts but whose bucket no request
+// ever uses: a valid domain that is not an eTLD+1 (requests are counted
+// under the eTLD+1), or an address or /48 range not in canonical form
+// (requests are counted under the canonical form). want is the id that
+// would apply, such as "le.wtf" for "ecdsa.le.wtf", "12345678:le.wtf" for
+// the regId:domain formats, or "2001:db8::/48" for "2001:0db8:0000::/48".
+func unreachable(f Format, id string) (want string, ok bool) {
+	switch f {
+	case FormatIPAddress:
+		a, err := netip.ParseAddr(id)
+		if err == nil && a.Zone() == "" && a.Unmap().String() != id {
+			return a.Unmap().String(), true
+		}
+	case FormatIPv6Range:
+		p, err := netip.ParsePrefix(id)
+		if err == nil && p.Addr().Is6() && p.Bits() == 48 && p.Masked() == p && p.String() != id {
+			return p.String(), true
+		}
+	case FormatDomainOrCIDR:
+		if looksLikeIP(id) || domainRule(id) != "" {
+			return "", false
+		}
+		if c := cover(id); c != id {
+			return c, true
+		}
+	case FormatRegIDDomainOrCIDR:
+		acct, value, found := strings.Cut(id, ":")
+		if !found || regIDRule(acct) != "" {
+			return "", false
+		}
+		if w, ok := unreachable(FormatDomainOrCIDR, value); ok {
+			return acct + ":" + w, true
+		}
+	}
+	return "", false
+}
+
 // valueFormat is the format of the part after "regId:" in f.
 func (f Format) valueFormat() Format {
 	switch f {

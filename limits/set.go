@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/sluice-rl/sluice/gcra"
@@ -15,6 +16,7 @@ type Set struct {
 	names     map[string]*entry    // built-in names and every name in the files
 	overrides map[string]*Override // by bucket key, interned at load
 	ndefaults int
+	warnings  ErrorList // from the overrides
 }
 
 // entry is what a Set knows about one name.
@@ -83,6 +85,7 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 		}
 	}
 	if overrides != nil {
+		s.warnings = overrides.warnings
 		for i := range overrides.list {
 			o := &overrides.list[i]
 			if add(o.Name, o.File, o.Line) == nil {
@@ -122,6 +125,13 @@ func Load(defaultsPath, overridesPath string) (*Set, error) {
 		}
 	}
 	return New(d, o)
+}
+
+// Warnings returns the problems in the files that did not stop them
+// loading, in line order; see Overrides.Warnings. The caller may modify the
+// returned slice.
+func (s *Set) Warnings() ErrorList {
+	return slices.Clone(s.warnings)
 }
 
 // MaxIDBytes returns the longest id, in bytes, that Resolve accepts for

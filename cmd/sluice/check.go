@@ -21,6 +21,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	limitsPath := fs.String("limits", "", "key-value limits defaults file")
 	overrides := fs.String("overrides", "", "key-value limits overrides file")
 	adaptivePath := fs.String("adaptive", "", "adaptive limiter config file")
+	strict := fs.Bool("strict", false, "treat warnings as errors, such as an override id that can never match")
 	merge := fs.Bool("merge-domain-config", false, "merge descriptor files that declare the same domain instead of rejecting them (MERGE_DOMAIN_CONFIG)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -56,7 +57,18 @@ func check(args []string, stdout, stderr io.Writer) int {
 		report("adaptive", *adaptivePath, err)
 	}
 	if *limitsPath != "" || *overrides != "" {
-		_, err := limits.Load(*limitsPath, *overrides)
+		set, err := limits.Load(*limitsPath, *overrides)
+		if err == nil {
+			if w := set.Warnings(); len(w) > 0 {
+				if *strict {
+					err = w
+				} else {
+					for _, e := range w {
+						fmt.Fprintf(stderr, "warning: %s (ignored)\n", e)
+					}
+				}
+			}
+		}
 		report("limits", strings.TrimPrefix(*limitsPath+" "+*overrides, " "), err)
 	}
 	if failed {

@@ -282,17 +282,24 @@ func TestProxyShutdownTimeout(t *testing.T) {
 }
 
 // envoyCompatData finds envoyproxy/ratelimit's configuration files,
-// shared/compat-data/envoy in a directory above the repository. It skips
-// the test when they are missing, or fails it when SLUICE_REQUIRE_REDIS=1
-// asks for every integration test to run.
+// shared/compat-data/envoy in a directory above the repository (see
+// compatData).
 func envoyCompatData(t *testing.T) string {
+	t.Helper()
+	return compatData(t, "envoy")
+}
+
+// compatData finds shared/compat-data/<which> in a directory above the
+// repository. It skips the test when it is missing, or fails it when
+// SLUICE_REQUIRE_REDIS=1 asks for every integration test to run.
+func compatData(t *testing.T, which string) string {
 	t.Helper()
 	dir, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		p := filepath.Join(dir, "shared", "compat-data", "envoy")
+		p := filepath.Join(dir, "shared", "compat-data", which)
 		if st, err := os.Stat(p); err == nil && st.IsDir() {
 			return p
 		}
@@ -302,7 +309,7 @@ func envoyCompatData(t *testing.T) string {
 		}
 		dir = parent
 	}
-	const msg = "shared/compat-data/envoy not found above the repository"
+	msg := "shared/compat-data/" + which + " not found above the repository"
 	if os.Getenv("SLUICE_REQUIRE_REDIS") == "1" {
 		t.Fatal(msg)
 	}
