@@ -25,6 +25,8 @@ type entry struct {
 	prefix     string // "<enum>:", interned
 	def        gcra.Limit
 	hasDefault bool
+	defFile    string // where the default is written
+	defLine    int
 }
 
 // Bucket is the answer of Set.Resolve: the bucket a request is counted in
@@ -80,6 +82,7 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 		for _, d := range defaults.list {
 			if e := add(d.Name, d.File, d.Line); e != nil {
 				e.def, e.hasDefault = d.Limit, true
+				e.defFile, e.defLine = d.File, d.Line
 				s.ndefaults++
 			}
 		}
@@ -191,6 +194,54 @@ func (s *Set) Resolve(name, id string) (Bucket, error) {
 		b.Limit, b.Enabled = e.def, true
 	}
 	return b, nil
+}
+
+// Names returns every name the Set knows, the built-in ones and those in
+// its files, in enum order.
+func (s *Set) Names() []Name {
+	if s == nil {
+		return slices.Clone(builtins)
+	}
+	names := make([]Name, 0, len(s.names))
+	for _, e := range s.names {
+		names = append(names, e.name)
+	}
+	slices.SortFunc(names, func(a, b Name) int {
+		switch {
+		case a.Enum < b.Enum:
+			return -1
+		case a.Enum > b.Enum:
+			return 1
+		}
+		return 0
+	})
+	return names
+}
+
+// Override returns the override with bucket key key (a Bucket's
+// OverrideKey), with the file and line it came from.
+func (s *Set) Override(key string) (Override, bool) {
+	if s == nil {
+		return Override{}, false
+	}
+	o, ok := s.overrides[key]
+	if !ok {
+		return Override{}, false
+	}
+	return *o, true
+}
+
+// DefaultAt returns where the default limit of name is written, if the Set
+// has one.
+func (s *Set) DefaultAt(name string) (file string, line int, ok bool) {
+	if s == nil {
+		return "", 0, false
+	}
+	e := s.names[name]
+	if e == nil || !e.hasDefault {
+		return "", 0, false
+	}
+	return e.defFile, e.defLine, true
 }
 
 // Default returns the default limit of name, if the Set has one.

@@ -119,3 +119,30 @@ func TestSeedsNonCanonicalIDsAreWarnings(t *testing.T) {
 		t.Errorf("got %d overrides, want 0", o.Len())
 	}
 }
+
+func TestSetNamesListsBuiltinAndFileNamesInEnumOrder(t *testing.T) {
+	t.Parallel()
+	d, err := ParseDefaults("d.yaml", []byte("NewFoosPerIPAddress:\n  burst: 1\n  count: 1\n  period: 1s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := s.Names()
+	if len(names) != len(builtins)+1 {
+		t.Fatalf("got %d names, want the %d built-in ones and NewFoosPerIPAddress", len(names), len(builtins))
+	}
+	for i := 1; i < len(names); i++ {
+		if names[i-1].Enum >= names[i].Enum {
+			t.Errorf("names %d and %d: enums %d, %d, want increasing", i-1, i, names[i-1].Enum, names[i].Enum)
+		}
+	}
+	if last := names[len(names)-1]; last.Text != "NewFoosPerIPAddress" {
+		t.Errorf("last name: got %s, want NewFoosPerIPAddress (enum over 1000)", last.Text)
+	}
+	if file, line, ok := s.DefaultAt("NewFoosPerIPAddress"); !ok || file != "d.yaml" || line != 1 {
+		t.Errorf("DefaultAt: got %s:%d %t, want d.yaml:1", file, line, ok)
+	}
+}

@@ -15,6 +15,7 @@ commands:
   serve     run the rate-limit service
   proxy     run the adaptive reverse proxy
   check     validate configuration files
+  limits    show which key-value limit applies to an id (limits show ID)
   bench     measure decisions per second
   query     ask a rate limit service once and print its answer
   version   print the version
@@ -48,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return query(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
+	case "limits":
+		return limitsCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
