@@ -193,7 +193,36 @@ func (c *Client) Batch(ctx context.Context, txns ...Transaction) (Decision, []De
 		}
 		req.Transactions[i] = &sluicev1.Transaction{Name: t.Name, Id: t.ID, Cost: &t.Cost, Kind: kind}
 	}
-	resp, err := c.api.Batch(ctx, req)
+	return batchAnswer(c.api.Batch(ctx, req))
+}
+
+// BatchRefund gives each transaction's cost back to its bucket, never past
+// full, 1 to 100 buckets each named once; Kind must be left zero. The
+// combined decision is allowed when every limited bucket got something
+// back. It needs the admin credentials when the server asks for them.
+func (c *Client) BatchRefund(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
+	return c.adminBatch(ctx, c.api.BatchRefund, txns)
+}
+
+// BatchReset makes each transaction's bucket full again, 1 to 100 buckets
+// each named once; costs are ignored and Kind must be left zero. It needs
+// the admin credentials when the server asks for them.
+func (c *Client) BatchReset(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
+	return c.adminBatch(ctx, c.api.BatchReset, txns)
+}
+
+func (c *Client) adminBatch(ctx context.Context, call func(context.Context, *sluicev1.BatchRequest, ...grpc.CallOption) (*sluicev1.BatchResponse, error), txns []Transaction) (Decision, []Decision, error) {
+	req := &sluicev1.BatchRequest{Transactions: make([]*sluicev1.Transaction, len(txns))}
+	for i, t := range txns {
+		if t.Kind != 0 {
+			return Decision{}, nil, fmt.Errorf("transaction %d: kind %s is not allowed in a batch refund or reset, leave it zero", i, t.Kind)
+		}
+		req.Transactions[i] = &sluicev1.Transaction{Name: t.Name, Id: t.ID, Cost: &t.Cost}
+	}
+	return batchAnswer(call(ctx, req))
+}
+
+func batchAnswer(resp *sluicev1.BatchResponse, err error) (Decision, []Decision, error) {
 	if err != nil {
 		return Decision{}, nil, err
 	}

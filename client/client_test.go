@@ -171,3 +171,42 @@ func TestABatchRefusesKindsItCannotCarry(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchRefundAndResetGiveTokensBack(t *testing.T) {
+	t.Parallel()
+	addr, stop := startSluice()
+	t.Cleanup(stop)
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	for _, id := range []string{"10.0.0.7", "10.0.0.8"} {
+		if d, err := c.Spend(ctx, "NewRegistrationsPerIPAddress", id, 20); err != nil || !d.Allowed {
+			t.Fatalf("spend on %s: %+v %v", id, d, err)
+		}
+	}
+	txns := []client.Transaction{
+		{Name: "NewRegistrationsPerIPAddress", ID: "10.0.0.7", Cost: 5},
+		{Name: "NewRegistrationsPerIPAddress", ID: "10.0.0.8", Cost: 3},
+	}
+	d, each, err := c.BatchRefund(ctx, txns...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed || d.Remaining != 3 || len(each) != 2 || each[0].Remaining != 5 || each[1].Remaining != 3 {
+		t.Errorf("BatchRefund: got %+v %+v, want allowed, 5 and 3 back, combined 3", d, each)
+	}
+	d, each, err = c.BatchReset(ctx, txns...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed || len(each) != 2 || each[0].Remaining != 20 || each[1].Remaining != 20 {
+		t.Errorf("BatchReset: got %+v %+v, want both buckets full (20)", d, each)
+	}
+	txns[0].Kind = client.CheckOnly
+	if _, _, err := c.BatchReset(ctx, txns...); err == nil || !strings.Contains(err.Error(), "leave it zero") {
+		t.Errorf("BatchReset with a kind: got %v, want it refused", err)
+	}
+}

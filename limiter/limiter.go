@@ -186,6 +186,31 @@ func (l *Limiter) Reset(ctx context.Context, txn Transaction) (Decision, error) 
 	return l.one(ctx, txn)
 }
 
+// ResetAll makes the bucket of each transaction full again, up to MaxBatch
+// buckets, each named once, in one store call. Costs are ignored. The
+// decision is allowed, with the least Remaining over the limited buckets
+// (Index names its transaction; -1, with Remaining math.MaxInt64, when none
+// is limited).
+func (l *Limiter) ResetAll(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
+	for i := range txns {
+		txns[i].Kind = ResetBucket
+	}
+	if err := validate(txns, true); err != nil {
+		return Decision{}, nil, err
+	}
+	each := make([]Decision, len(txns))
+	if err := l.apply(ctx, txns, each, false); err != nil {
+		return Decision{}, nil, err
+	}
+	batch := Decision{Allowed: true, Remaining: math.MaxInt64, Index: -1}
+	for i, d := range each {
+		if !txns[i].Disabled && d.Remaining < batch.Remaining {
+			batch.Remaining, batch.Index = d.Remaining, i
+		}
+	}
+	return batch, each, nil
+}
+
 // one answers a single key-value transaction with its own decision.
 func (l *Limiter) one(ctx context.Context, txn Transaction) (Decision, error) {
 	txns := [1]Transaction{txn}

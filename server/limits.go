@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,11 @@ const (
 	methodRefund = "refund"
 	methodReset  = "reset"
 	methodBatch  = "batch"
+	// methodBatchRefund and methodBatchReset are batches of refunds and
+	// of resets; over HTTP, /v1/batch/refund and /v1/batch/reset (see
+	// kvPath).
+	methodBatchRefund = "batch_refund"
+	methodBatchReset  = "batch_reset"
 )
 
 // kvTxn is one transaction of a key-value call as every edge decodes it.
@@ -136,13 +142,14 @@ func (kv *KV) decide(ctx context.Context, method string, t kvTxn) (limiter.Decis
 	return d, b, err
 }
 
-// decideBatch answers a key-value batch through the limiter, and records
-// its metrics. On error, the buckets resolved before it are in the answer.
-func (kv *KV) decideBatch(ctx context.Context, txns []kvTxn) (kvBatch, error) {
+// decideBatch answers a key-value batch (methodBatch, methodBatchRefund or
+// methodBatchReset) through the limiter, and records its metrics. On
+// error, the buckets resolved before it are in the answer.
+func (kv *KV) decideBatch(ctx context.Context, method string, txns []kvTxn) (kvBatch, error) {
 	start := kv.clock.Now()
 	set := kv.limits()
-	a, err := kv.batch(ctx, set, txns)
-	kv.metrics.observe(methodBatch, start, kv.clock.Now())
+	a, err := kv.batch(ctx, method, set, txns)
+	kv.metrics.observe(method, start, kv.clock.Now())
 	for i, t := range txns {
 		var b limits.Bucket
 		var d limiter.Decision
@@ -154,12 +161,13 @@ func (kv *KV) decideBatch(ctx context.Context, txns []kvTxn) (kvBatch, error) {
 		}
 		kv.count(set, err, t, b, d)
 	}
-	kv.logInternal(methodBatch, err)
+	kv.logInternal(method, err)
 	return a, err
 }
 
-// batch resolves txns under set and applies them all or nothing.
-func (kv *KV) batch(ctx context.Context, set *limits.Set, txns []kvTxn) (kvBatch, error) {
+// batch resolves txns under set and applies them: all or nothing for
+// methodBatch, each on its own for refunds and resets.
+func (kv *KV) batch(ctx context.Context, method string, set *limits.Set, txns []kvTxn) (kvBatch, error) {
 	var a kvBatch
 	if err := limiter.ValidBatchSize(len(txns)); err != nil {
 		return a, err
@@ -178,7 +186,15 @@ func (kv *KV) batch(ctx context.Context, set *limits.Set, txns []kvTxn) (kvBatch
 		in[i] = txn
 	}
 	var err error
-	if a.decision, a.each, err = kv.limiter.Batch(ctx, in); err != nil {
+	switch method {
+	case methodBatchRefund:
+		a.decision, a.each, err = kv.limiter.Refund(ctx, in...)
+	case methodBatchReset:
+		a.decision, a.each, err = kv.limiter.ResetAll(ctx, in...)
+	default:
+		a.decision, a.each, err = kv.limiter.Batch(ctx, in)
+	}
+	if err != nil {
 		return a, err
 	}
 	if a.decision.Index >= 0 {
@@ -284,12 +300,51 @@ func (kv *KV) Batch(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.
 	if kv.tracer != nil {
 		var span trace.Span
 		ctx, span = kv.tracer.StartGRPC(ctx, kvSpanName(methodBatch, false))
-		resp, err := kv.batchGRPC(ctx, req)
+		resp, err := kv.batchGRPC(ctx, methodBatch, req)
 		tracing.End(span, err, tracing.KeyTransactions.Int(len(req.GetTransactions())),
 			tracing.KeyAllowed.Bool(resp.GetDecision().GetAllowed()), tracing.KeyGRPCStatus.Int(int(status.Code(err))))
 		return resp, err
 	}
-	return kv.batchGRPC(ctx, req)
+	return kv.batchGRPC(ctx, methodBatch, req)
+}
+
+// BatchRefund implements sluicev1.LimitsServer: it refunds each
+// transaction's bucket on its own, as Refund does.
+func (kv *KV) BatchRefund(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
+	return kv.adminBatchGRPC(ctx, methodBatchRefund, req)
+}
+
+// BatchReset implements sluicev1.LimitsServer: it makes each transaction's
+// bucket full again.
+func (kv *KV) BatchReset(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
+	return kv.adminBatchGRPC(ctx, methodBatchReset, req)
+}
+
+// adminBatchGRPC answers BatchRefund and BatchReset, guarded as Refund and
+// Reset are.
+func (kv *KV) adminBatchGRPC(ctx context.Context, method string, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
+	var span trace.Span
+	if kv.tracer != nil {
+		ctx, span = kv.tracer.StartGRPC(ctx, kvSpanName(method, false))
+	}
+	var resp *sluicev1.BatchResponse
+	err := kv.admin(method, func() error { return kv.guard.allowGRPC(ctx) })
+	if err == nil {
+		resp, err = kv.batchGRPC(ctx, method, req)
+	} else {
+		err = grpcError(err)
+	}
+	if span != nil {
+		tracing.End(span, err, tracing.KeyTransactions.Int(len(req.GetTransactions())),
+			tracing.KeyAllowed.Bool(resp.GetDecision().GetAllowed()), tracing.KeyGRPCStatus.Int(int(status.Code(err))))
+	}
+	return resp, err
+}
+
+// kvPath is the HTTP path of a key-value call: /v1/check, ...,
+// /v1/batch/refund.
+func kvPath(method string) string {
+	return "/v1/" + strings.Replace(method, "_", "/", 1)
 }
 
 // kvSpanName is the name of a key-value call's span: its full gRPC method,
@@ -297,7 +352,7 @@ func (kv *KV) Batch(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.
 func kvSpanName(method string, http bool) string {
 	switch {
 	case http:
-		return "POST /v1/" + method
+		return "POST " + kvPath(method)
 	case method == methodCheck:
 		return "sluice.v1.Limits/Check"
 	case method == methodSpend:
@@ -306,16 +361,30 @@ func kvSpanName(method string, http bool) string {
 		return "sluice.v1.Limits/Refund"
 	case method == methodReset:
 		return "sluice.v1.Limits/Reset"
+	case method == methodBatchRefund:
+		return "sluice.v1.Limits/BatchRefund"
+	case method == methodBatchReset:
+		return "sluice.v1.Limits/BatchReset"
 	}
 	return "sluice.v1.Limits/Batch"
 }
 
-// batchGRPC is Batch.
-func (kv *KV) batchGRPC(ctx context.Context, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
+// batchGRPC is Batch, BatchRefund or BatchReset, as method says.
+func (kv *KV) batchGRPC(ctx context.Context, method string, req *sluicev1.BatchRequest) (*sluicev1.BatchResponse, error) {
 	in := req.GetTransactions()
 	txns := make([]kvTxn, len(in))
 	for i, t := range in {
 		txns[i] = kvTxn{name: t.GetName(), id: t.GetId(), cost: t.Cost}
+		if method != methodBatch {
+			txns[i].kind = limiter.RefundBucket
+			if method == methodBatchReset {
+				txns[i].kind = limiter.ResetBucket
+			}
+			if t.GetKind() != sluicev1.Transaction_CHECK_AND_SPEND {
+				txns[i].bad = invalidTransaction("kind", "kind %s is not allowed in %s, leave it unset", t.GetKind(), kvSpanName(method, false))
+			}
+			continue
+		}
 		switch t.GetKind() {
 		case sluicev1.Transaction_CHECK_AND_SPEND:
 			txns[i].kind = limiter.CheckAndSpend
@@ -327,7 +396,7 @@ func (kv *KV) batchGRPC(ctx context.Context, req *sluicev1.BatchRequest) (*sluic
 			txns[i].bad = invalidTransaction("kind", "invalid kind %d, must be CHECK_AND_SPEND, CHECK_ONLY or SPEND_ONLY", t.GetKind())
 		}
 	}
-	a, err := kv.decideBatch(ctx, txns)
+	a, err := kv.decideBatch(ctx, method, txns)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -338,13 +407,14 @@ func (kv *KV) batchGRPC(ctx context.Context, req *sluicev1.BatchRequest) (*sluic
 	return resp, nil
 }
 
-// admin checks, for the calls that give capacity back (refund, reset),
-// the caller's credentials with check; other calls pass.
+// admin checks, for the calls that give capacity back (refund, reset and
+// their batches), the caller's credentials with check; other calls pass.
 func (kv *KV) admin(method string, check func() error) error {
-	if method != methodRefund && method != methodReset {
-		return nil
+	switch method {
+	case methodRefund, methodReset, methodBatchRefund, methodBatchReset:
+		return check()
 	}
-	return check()
+	return nil
 }
 
 // decisionProto translates a limiter decision on bucket b into the gRPC
@@ -405,7 +475,7 @@ func newKVMetrics(reg prometheus.Registerer) *kvMetrics {
 		}, []string{"limit", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "kv", Name: "decision_duration_seconds",
-			Help:    "Time to answer a key-value API call. Label method: check, spend, refund, reset, batch.",
+			Help:    "Time to answer a key-value API call. Label method: check, spend, refund, reset, batch, batch_refund, batch_reset.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"method"}),
 		labels: map[string]bool{},

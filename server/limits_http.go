@@ -27,6 +27,8 @@ import (
 //	POST /v1/refund  same body
 //	POST /v1/reset   {"name": "...", "id": "..."}
 //	POST /v1/batch   {"transactions": [{"name": "...", "id": "...", "cost": 1, "kind": "check_only"}, ...]}
+//	POST /v1/batch/refund  {"transactions": [{"name": "...", "id": "...", "cost": 1}, ...]}
+//	POST /v1/batch/reset   {"transactions": [{"name": "...", "id": "..."}, ...]}
 //
 // An absent (or null) cost means 1; "cost": 0 is a peek. A batch kind is
 // check_and_spend (the default), check_only or spend_only. Bodies are
@@ -67,7 +69,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 		if kv.tracer != nil {
 			h = traceHTTP(kv.tracer, kvSpanName(method, true), h)
 		}
-		mux.Handle("/v1/"+method, h)
+		mux.Handle(kvPath(method), h)
 	}
 	handle(methodCheck, single(methodCheck, limiter.CheckOnly))
 	handle(methodSpend, single(methodSpend, limiter.CheckAndSpend))
@@ -87,23 +89,53 @@ func KVHTTPHandler(kv *KV) http.Handler {
 			}
 			txns[i].kind = k
 		}
-		a, err := kv.decideBatch(r.Context(), txns)
-		if kv.tracer != nil {
-			tracing.Annotate(trace.SpanFromContext(r.Context()), err, tracing.KeyTransactions.Int(len(txns)), tracing.KeyAllowed.Bool(a.decision.Allowed))
-		}
-		if err != nil {
-			return nil, limiter.Decision{}, err
-		}
-		out := kvBatchResponse{kvDecision: decisionJSON(a.decision, a.bucket), Results: make([]kvDecision, len(a.each))}
-		for i := range a.each {
-			out.Results[i] = decisionJSON(a.each[i], a.buckets[i])
-		}
-		return out, a.decision, nil
+		return kv.batchJSON(r, methodBatch, txns)
 	}))
+	adminBatch := func(method string) http.Handler {
+		return kvHandler(false, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
+			if err := kv.admin(method, func() error { return kv.guard.allowHTTP(r) }); err != nil {
+				return nil, limiter.Decision{}, err
+			}
+			var req kvBatchRequest
+			if err := decodeStrict(body, &req); err != nil {
+				return nil, limiter.Decision{}, err
+			}
+			txns := make([]kvTxn, len(req.Transactions))
+			for i, t := range req.Transactions {
+				txns[i] = kvTxn{name: t.Name, id: t.ID, cost: t.Cost, kind: limiter.RefundBucket}
+				if method == methodBatchReset {
+					txns[i].kind = limiter.ResetBucket
+				}
+				if t.Kind != "" {
+					txns[i].bad = invalidTransaction("kind", "kind %q is not allowed in %s, leave it out", t.Kind, kvPath(method))
+				}
+			}
+			return kv.batchJSON(r, method, txns)
+		})
+	}
+	handle(methodBatchRefund, adminBatch(methodBatchRefund))
+	handle(methodBatchReset, adminBatch(methodBatchReset))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint %s; use /v1/check, /v1/spend, /v1/refund, /v1/reset or /v1/batch", r.URL.Path)
+		writeError(w, http.StatusNotFound, "no such endpoint %s; use /v1/check, /v1/spend, /v1/refund, /v1/reset, /v1/batch, /v1/batch/refund or /v1/batch/reset", r.URL.Path)
 	})
 	return mux
+}
+
+// batchJSON answers a batch of txns over HTTP: the combined decision's
+// fields plus "results", one decision per transaction.
+func (kv *KV) batchJSON(r *http.Request, method string, txns []kvTxn) (any, limiter.Decision, error) {
+	a, err := kv.decideBatch(r.Context(), method, txns)
+	if kv.tracer != nil {
+		tracing.Annotate(trace.SpanFromContext(r.Context()), err, tracing.KeyTransactions.Int(len(txns)), tracing.KeyAllowed.Bool(a.decision.Allowed))
+	}
+	if err != nil {
+		return nil, limiter.Decision{}, err
+	}
+	out := kvBatchResponse{kvDecision: decisionJSON(a.decision, a.bucket), Results: make([]kvDecision, len(a.each))}
+	for i := range a.each {
+		out.Results[i] = decisionJSON(a.each[i], a.buckets[i])
+	}
+	return out, a.decision, nil
 }
 
 // kvHandler runs serve for POST requests and writes its answer: 200 with

@@ -590,13 +590,16 @@ const file_api_sluice_v1_limits_proto_rawDesc = "" +
 	"\bretry_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\aretryIn\x124\n" +
 	"\breset_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\aresetIn\x12&\n" +
 	"\x05limit\x18\x05 \x01(\v2\x10.sluice.v1.LimitR\x05limit\x12\x16\n" +
-	"\x06bucket\x18\x06 \x01(\tR\x06bucket2\x8d\x02\n" +
+	"\x06bucket\x18\x06 \x01(\tR\x06bucket2\x90\x03\n" +
 	"\x06Limits\x120\n" +
 	"\x05Check\x12\x12.sluice.v1.Request\x1a\x13.sluice.v1.Decision\x120\n" +
 	"\x05Spend\x12\x12.sluice.v1.Request\x1a\x13.sluice.v1.Decision\x121\n" +
 	"\x06Refund\x12\x12.sluice.v1.Request\x1a\x13.sluice.v1.Decision\x120\n" +
 	"\x05Reset\x12\x12.sluice.v1.Request\x1a\x13.sluice.v1.Decision\x12:\n" +
-	"\x05Batch\x12\x17.sluice.v1.BatchRequest\x1a\x18.sluice.v1.BatchResponseB4Z2github.com/sluice-rl/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\x05Batch\x12\x17.sluice.v1.BatchRequest\x1a\x18.sluice.v1.BatchResponse\x12@\n" +
+	"\vBatchRefund\x12\x17.sluice.v1.BatchRequest\x1a\x18.sluice.v1.BatchResponse\x12?\n" +
+	"\n" +
+	"BatchReset\x12\x17.sluice.v1.BatchRequest\x1a\x18.sluice.v1.BatchResponseB4Z2github.com/sluice-rl/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_api_sluice_v1_limits_proto_rawDescOnce sync.Once
@@ -638,13 +641,17 @@ var file_api_sluice_v1_limits_proto_depIdxs = []int32{
 	2,  // 11: sluice.v1.Limits.Refund:input_type -> sluice.v1.Request
 	2,  // 12: sluice.v1.Limits.Reset:input_type -> sluice.v1.Request
 	4,  // 13: sluice.v1.Limits.Batch:input_type -> sluice.v1.BatchRequest
-	7,  // 14: sluice.v1.Limits.Check:output_type -> sluice.v1.Decision
-	7,  // 15: sluice.v1.Limits.Spend:output_type -> sluice.v1.Decision
-	7,  // 16: sluice.v1.Limits.Refund:output_type -> sluice.v1.Decision
-	7,  // 17: sluice.v1.Limits.Reset:output_type -> sluice.v1.Decision
-	5,  // 18: sluice.v1.Limits.Batch:output_type -> sluice.v1.BatchResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
+	4,  // 14: sluice.v1.Limits.BatchRefund:input_type -> sluice.v1.BatchRequest
+	4,  // 15: sluice.v1.Limits.BatchReset:input_type -> sluice.v1.BatchRequest
+	7,  // 16: sluice.v1.Limits.Check:output_type -> sluice.v1.Decision
+	7,  // 17: sluice.v1.Limits.Spend:output_type -> sluice.v1.Decision
+	7,  // 18: sluice.v1.Limits.Refund:output_type -> sluice.v1.Decision
+	7,  // 19: sluice.v1.Limits.Reset:output_type -> sluice.v1.Decision
+	5,  // 20: sluice.v1.Limits.Batch:output_type -> sluice.v1.BatchResponse
+	5,  // 21: sluice.v1.Limits.BatchRefund:output_type -> sluice.v1.BatchResponse
+	5,  // 22: sluice.v1.Limits.BatchReset:output_type -> sluice.v1.BatchResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name

@@ -36,11 +36,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Limits_Check_FullMethodName  = "/sluice.v1.Limits/Check"
-	Limits_Spend_FullMethodName  = "/sluice.v1.Limits/Spend"
-	Limits_Refund_FullMethodName = "/sluice.v1.Limits/Refund"
-	Limits_Reset_FullMethodName  = "/sluice.v1.Limits/Reset"
-	Limits_Batch_FullMethodName  = "/sluice.v1.Limits/Batch"
+	Limits_Check_FullMethodName       = "/sluice.v1.Limits/Check"
+	Limits_Spend_FullMethodName       = "/sluice.v1.Limits/Spend"
+	Limits_Refund_FullMethodName      = "/sluice.v1.Limits/Refund"
+	Limits_Reset_FullMethodName       = "/sluice.v1.Limits/Reset"
+	Limits_Batch_FullMethodName       = "/sluice.v1.Limits/Batch"
+	Limits_BatchRefund_FullMethodName = "/sluice.v1.Limits/BatchRefund"
+	Limits_BatchReset_FullMethodName  = "/sluice.v1.Limits/BatchReset"
 )
 
 // LimitsClient is the client API for Limits service.
@@ -63,6 +65,14 @@ type LimitsClient interface {
 	// Batch applies up to 100 transactions, each on a different bucket, all or
 	// nothing: when any checked transaction is denied, nothing is spent.
 	Batch(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// BatchRefund refunds up to 100 transactions, each on a different bucket,
+	// each on its own as Refund does; their kind must be left unset. The
+	// combined decision is allowed when every limited bucket got something
+	// back.
+	BatchRefund(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// BatchReset resets up to 100 buckets, each named once, as Reset does;
+	// costs are ignored and kinds must be left unset.
+	BatchReset(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 }
 
 type limitsClient struct {
@@ -123,6 +133,26 @@ func (c *limitsClient) Batch(ctx context.Context, in *BatchRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *limitsClient) BatchRefund(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Limits_BatchRefund_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *limitsClient) BatchReset(ctx context.Context, in *BatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Limits_BatchReset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LimitsServer is the server API for Limits service.
 // All implementations must embed UnimplementedLimitsServer
 // for forward compatibility.
@@ -143,6 +173,14 @@ type LimitsServer interface {
 	// Batch applies up to 100 transactions, each on a different bucket, all or
 	// nothing: when any checked transaction is denied, nothing is spent.
 	Batch(context.Context, *BatchRequest) (*BatchResponse, error)
+	// BatchRefund refunds up to 100 transactions, each on a different bucket,
+	// each on its own as Refund does; their kind must be left unset. The
+	// combined decision is allowed when every limited bucket got something
+	// back.
+	BatchRefund(context.Context, *BatchRequest) (*BatchResponse, error)
+	// BatchReset resets up to 100 buckets, each named once, as Reset does;
+	// costs are ignored and kinds must be left unset.
+	BatchReset(context.Context, *BatchRequest) (*BatchResponse, error)
 	mustEmbedUnimplementedLimitsServer()
 }
 
@@ -167,6 +205,12 @@ func (UnimplementedLimitsServer) Reset(context.Context, *Request) (*Decision, er
 }
 func (UnimplementedLimitsServer) Batch(context.Context, *BatchRequest) (*BatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Batch not implemented")
+}
+func (UnimplementedLimitsServer) BatchRefund(context.Context, *BatchRequest) (*BatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchRefund not implemented")
+}
+func (UnimplementedLimitsServer) BatchReset(context.Context, *BatchRequest) (*BatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchReset not implemented")
 }
 func (UnimplementedLimitsServer) mustEmbedUnimplementedLimitsServer() {}
 func (UnimplementedLimitsServer) testEmbeddedByValue()                {}
@@ -279,6 +323,42 @@ func _Limits_Batch_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Limits_BatchRefund_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).BatchRefund(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_BatchRefund_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).BatchRefund(ctx, req.(*BatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Limits_BatchReset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LimitsServer).BatchReset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Limits_BatchReset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LimitsServer).BatchReset(ctx, req.(*BatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Limits_ServiceDesc is the grpc.ServiceDesc for Limits service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -305,6 +385,14 @@ var Limits_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Batch",
 			Handler:    _Limits_Batch_Handler,
+		},
+		{
+			MethodName: "BatchRefund",
+			Handler:    _Limits_BatchRefund_Handler,
+		},
+		{
+			MethodName: "BatchReset",
+			Handler:    _Limits_BatchReset_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
