@@ -378,7 +378,7 @@ func (a *App) Start() error {
 	if err != nil {
 		return err
 	}
-	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer, Admin: admin})
+	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer, Admin: admin, RetryJitter: a.opts.KVRetryAfterJitter})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)

@@ -144,3 +144,23 @@ func TestKeyValueBatchRefundAndReset(t *testing.T) {
 		t.Errorf("gRPC BatchReset naming a bucket twice: got %v, want InvalidArgument", err)
 	}
 }
+
+func TestKVRetryAfterJitterIsAFlagAndAVariable(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{want: false},
+		{args: []string{"--kv-retry-after-jitter"}, want: true},
+		{env: map[string]string{"SLUICE_KV_RETRY_AFTER_JITTER": "true"}, want: true},
+	} {
+		o, err := app.ParseServe(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.env, err)
+		}
+		if o.KVRetryAfterJitter != tc.want {
+			t.Errorf("%v %v: got KVRetryAfterJitter %t, want %t", tc.args, tc.env, o.KVRetryAfterJitter, tc.want)
+		}
+	}
+}

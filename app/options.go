@@ -133,6 +133,10 @@ type Options struct {
 	// or a TLS client certificate naming the SAN (needs TLSClientCA). Both
 	// empty (the default): every caller may make them.
 	KVAdminTokenFile, KVAdminClientSAN string
+	// KVRetryAfterJitter lengthens the retry_in of denied key-value
+	// answers, and so their Retry-After, by a random 0-3%, as Boulder does
+	// (server.KVOptions.RetryJitter).
+	KVRetryAfterJitter bool
 
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
@@ -414,6 +418,7 @@ flags:
 	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
 	fs.BoolVar(&o.RetryAfterHeader, "retry-after-header", o.RetryAfterHeader, "add retry-after (seconds until the first over-limit descriptor frees) to OVER_LIMIT answers' response headers")
 	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
+	fs.BoolVar(&o.KVRetryAfterJitter, "kv-retry-after-jitter", o.KVRetryAfterJitter, "add a random 0-3% to the retry_in and Retry-After of denied key-value answers, as Boulder does, so that denied callers do not all come back at once")
 	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
 	fs.StringVar(&o.KVAdminClientSAN, "kv-admin-client-san", o.KVAdminClientSAN, "a name a TLS client certificate must carry to make key-value refund and reset calls (needs --tls-client-ca)")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,14 @@ type KVOptions struct {
 	// Tracer starts a span per call, continuing the caller's trace; nil
 	// (tracing off) starts none and costs nothing.
 	Tracer *tracing.Tracer
+	// RetryJitter lengthens the RetryIn of every denied decision (and so
+	// the HTTP Retry-After) by a random 0-3%, as Boulder does, so that
+	// callers denied together do not all retry at once. Off by default:
+	// the answers are then exact.
+	RetryJitter bool
+	// Rand returns a number in [0, 1) for the jitter; default
+	// math/rand/v2.Float64. Tests set it.
+	Rand func() float64
 }
 
 // KV serves the key-value limits API, sluice.v1.Limits, over gRPC; wrap it
@@ -57,6 +66,7 @@ type KV struct {
 	metrics *kvMetrics
 	tracer  *tracing.Tracer
 	guard   AdminAuth
+	jitter  func() float64 // nil: no jitter
 }
 
 var _ sluicev1.LimitsServer = (*KV)(nil)
@@ -75,7 +85,27 @@ func NewKV(o KVOptions) *KV {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer, guard: o.Admin}
+	kv := &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer, guard: o.Admin}
+	if o.RetryJitter {
+		kv.jitter = o.Rand
+		if kv.jitter == nil {
+			kv.jitter = rand.Float64
+		}
+	}
+	return kv
+}
+
+// maxRetryJitter is the most RetryJitter adds: 3% of the wait, Boulder's
+// figure.
+const maxRetryJitter = 0.03
+
+// jittered returns d with its RetryIn lengthened by the fraction u of 3%
+// when d is denied.
+func jittered(d limiter.Decision, u float64) limiter.Decision {
+	if !d.Allowed && d.RetryIn > 0 {
+		d.RetryIn += time.Duration(float64(d.RetryIn) * maxRetryJitter * u)
+	}
+	return d
 }
 
 // The key-value calls, as metric label values.
@@ -139,6 +169,9 @@ func (kv *KV) decide(ctx context.Context, method string, t kvTxn) (limiter.Decis
 	kv.metrics.observe(method, start, kv.clock.Now())
 	kv.count(set, err, t, b, d)
 	kv.logInternal(method, err)
+	if kv.jitter != nil {
+		d = jittered(d, kv.jitter())
+	}
 	return d, b, err
 }
 
@@ -162,6 +195,15 @@ func (kv *KV) decideBatch(ctx context.Context, method string, txns []kvTxn) (kvB
 		kv.count(set, err, t, b, d)
 	}
 	kv.logInternal(method, err)
+	if err == nil && kv.jitter != nil {
+		// One draw per call, so that the combined decision keeps the
+		// RetryIn of the transaction it came from.
+		u := kv.jitter()
+		a.decision = jittered(a.decision, u)
+		for i := range a.each {
+			a.each[i] = jittered(a.each[i], u)
+		}
+	}
 	return a, err
 }
 
