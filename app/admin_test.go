@@ -22,7 +22,10 @@ import (
 
 // With --kv-admin-token-file, key-value refund and reset need the bearer
 // token, over HTTP and gRPC; other calls do not (issue 17, item 6).
-func TestKeyValueRefundAndResetNeedTheAdminToken(t *testing.T) {
+// startWithAdminToken starts the service with the seed defaults and
+// --kv-admin-token-file holding "s3cret".
+func startWithAdminToken(t *testing.T) *testApp {
+	t.Helper()
 	dir := t.TempDir()
 	defaults := filepath.Join(dir, "defaults.yaml")
 	writeFile(t, defaults, seedDefaults)
@@ -30,24 +33,39 @@ func TestKeyValueRefundAndResetNeedTheAdminToken(t *testing.T) {
 	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ta := start(t, nil, func(o *app.Options) { o.LimitsPath, o.KVAdminTokenFile = defaults, token })
+	return start(t, nil, func(o *app.Options) { o.LimitsPath, o.KVAdminTokenFile = defaults, token })
+}
+
+// postAuth POSTs body to path on ta's HTTP port, with the Authorization
+// header auth unless it is empty, and returns the status and body.
+func postAuth(t *testing.T, ta *testApp, path, auth, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+ta.HTTPAddr()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := ta.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func TestKeyValueRefundAndResetNeedTheAdminToken(t *testing.T) {
+	ta := startWithAdminToken(t)
 	body := `{"name": "NewRegistrationsPerIPAddress", "id": "192.0.2.9", "cost": 1}`
 	post := func(path, auth string) int {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, "http://"+ta.HTTPAddr()+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := ta.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _ := postAuth(t, ta, path, auth, body)
+		return code
 	}
 	for _, tc := range []struct {
 		path, auth string

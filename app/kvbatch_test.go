@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,14 +24,7 @@ import (
 // bucket gets its tokens back on its own, and both need the admin token
 // when one is set.
 func TestKeyValueBatchRefundAndReset(t *testing.T) {
-	dir := t.TempDir()
-	defaults := filepath.Join(dir, "defaults.yaml")
-	writeFile(t, defaults, seedDefaults) // NewOrdersPerAccount: burst 300
-	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ta := start(t, nil, func(o *app.Options) { o.LimitsPath, o.KVAdminTokenFile = defaults, token })
+	ta := startWithAdminToken(t) // NewOrdersPerAccount: burst 300
 
 	type decision struct {
 		Allowed   bool   `json:"allowed"`
@@ -48,24 +39,12 @@ func TestKeyValueBatchRefundAndReset(t *testing.T) {
 	}
 	post := func(path, auth, body string) (int, decision) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, "http://"+ta.HTTPAddr()+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := ta.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		code, b := postAuth(t, ta, path, auth, body)
 		var d decision
 		if err := json.Unmarshal(b, &d); err != nil {
 			t.Fatalf("POST %s: body %q: %v", path, b, err)
 		}
-		return resp.StatusCode, d
+		return code, d
 	}
 	spend := func(id string, cost int) {
 		t.Helper()

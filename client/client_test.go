@@ -31,13 +31,7 @@ func (downStore) Close() error               { return nil }
 
 func TestClientReportsErrorsAsTheServerClassifiesThem(t *testing.T) {
 	t.Parallel()
-	addr, stop := startSluice()
-	t.Cleanup(stop)
-	c, err := client.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := dialSluice(t)
 
 	// A server whose store is down, reached through New over a connection
 	// the test owns.
@@ -118,13 +112,7 @@ func TestClientReportsErrorsAsTheServerClassifiesThem(t *testing.T) {
 
 func TestSpendOnlyTransactionsDoNotDecideTheBatch(t *testing.T) {
 	t.Parallel()
-	addr, stop := startSluice()
-	t.Cleanup(stop)
-	c, err := client.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := dialSluice(t)
 	ctx := context.Background()
 	if _, err := c.Spend(ctx, "NewRegistrationsPerIPAddress", "10.0.0.1", 20); err != nil {
 		t.Fatal(err)
@@ -174,13 +162,7 @@ func TestABatchRefusesKindsItCannotCarry(t *testing.T) {
 
 func TestBatchRefundAndResetGiveTokensBack(t *testing.T) {
 	t.Parallel()
-	addr, stop := startSluice()
-	t.Cleanup(stop)
-	c, err := client.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := dialSluice(t)
 	ctx := context.Background()
 	for _, id := range []string{"10.0.0.7", "10.0.0.8"} {
 		if d, err := c.Spend(ctx, "NewRegistrationsPerIPAddress", id, 20); err != nil || !d.Allowed {
@@ -209,4 +191,18 @@ func TestBatchRefundAndResetGiveTokensBack(t *testing.T) {
 	if _, _, err := c.BatchReset(ctx, txns...); err == nil || !strings.Contains(err.Error(), "leave it zero") {
 		t.Errorf("BatchReset with a kind: got %v, want it refused", err)
 	}
+}
+
+// dialSluice starts a Sluice on the seed limits and returns a client of
+// it; both stop when the test ends.
+func dialSluice(t *testing.T) *client.Client {
+	t.Helper()
+	addr, stop := startSluice()
+	t.Cleanup(stop)
+	c, err := client.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
