@@ -81,45 +81,15 @@ func TestServeExitsCleanlyOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSluice(t)
 	cmd := exec.Command(bin, "serve", "--config", "../../examples/config")
 	cmd.Env = append(os.Environ(), "SLUICE_GRPC_ADDR=127.0.0.1:0", "SLUICE_HTTP_ADDR=127.0.0.1:0", "SLUICE_DEBUG_ADDR=127.0.0.1:0")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill() }()
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	lines := startProcess(t, cmd)
 	httpRe := regexp.MustCompile(`http=(\S+)`)
-	var httpAddr string
-	deadline := time.After(20 * time.Second)
-	for httpAddr == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("serve exited before serving")
-			}
-			if m := httpRe.FindStringSubmatch(l); m != nil && strings.Contains(l, "sluice serving") {
-				httpAddr = m[1]
-			}
-		case <-deadline:
-			t.Fatal("serve did not report its addresses")
-		}
-	}
+	l := waitForLine(t, lines, 20*time.Second, `a "sluice serving" line with its addresses`, func(l string) bool {
+		return httpRe.MatchString(l) && strings.Contains(l, "sluice serving")
+	})
+	httpAddr := httpRe.FindStringSubmatch(l)[1]
 	resp, err := http.Get("http://" + httpAddr + "/healthcheck")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("healthcheck: got %v, %v", resp, err)
@@ -129,34 +99,19 @@ func TestServeExitsCleanlyOnSIGTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	sawReload := false
-	for !sawReload {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("serve exited on SIGHUP, want a reload")
-			}
-			sawReload = strings.Contains(l, "descriptor config loaded")
-		case <-time.After(10 * time.Second):
-			t.Fatal("no reload after SIGHUP")
-		}
-	}
+	waitForLine(t, lines, 10*time.Second, "a reload after SIGHUP", func(l string) bool {
+		return strings.Contains(l, "descriptor config loaded")
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for range lines {
-		}
-	}()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve exited with %v, want exit code 0", err)
-		}
-	case <-time.After(15 * time.Second):
+	discard(lines)
+	exited, err := waitExit(cmd, 15*time.Second)
+	if !exited {
 		t.Fatal("serve did not exit after SIGTERM")
+	}
+	if err != nil {
+		t.Fatalf("serve exited with %v, want exit code 0", err)
 	}
 }
 
@@ -214,43 +169,15 @@ func TestProxyShutdownTimeout(t *testing.T) {
 	defer upstream.Close()
 	defer close(release) // before upstream.Close, which waits for the handler
 
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSluice(t)
 	cmd := exec.Command(bin, "proxy", "--upstream", upstream.URL, "--listen", "127.0.0.1:0", "--debug-addr", "off")
 	cmd.Env = append(os.Environ(), "SLUICE_SHUTDOWN_TIMEOUT=300ms")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill() }()
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	lines := startProcess(t, cmd)
 	listenRe := regexp.MustCompile(`listen=(\S+)`)
-	var addr string
-	for addr == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("proxy exited before serving")
-			}
-			if m := listenRe.FindStringSubmatch(l); m != nil && strings.Contains(l, "sluice proxy serving") {
-				addr = m[1]
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("proxy did not report its address")
-		}
-	}
+	l := waitForLine(t, lines, 20*time.Second, `a "sluice proxy serving" line with its address`, func(l string) bool {
+		return listenRe.MatchString(l) && strings.Contains(l, "sluice proxy serving")
+	})
+	addr := listenRe.FindStringSubmatch(l)[1]
 	go func() {
 		if resp, err := http.Get("http://" + addr + "/slow"); err == nil {
 			resp.Body.Close()
@@ -261,23 +188,17 @@ func TestProxyShutdownTimeout(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request did not reach the upstream")
 	}
-	go func() {
-		for range lines {
-		}
-	}()
+	discard(lines)
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done: // exit 1: the request did not finish in time
-		if took := time.Since(sent); took > 5*time.Second {
-			t.Fatalf("proxy exited %s after SIGTERM, want about 300ms", took)
-		}
-	case <-time.After(8 * time.Second):
+	// Exit 1: the request did not finish in time.
+	if exited, _ := waitExit(cmd, 8*time.Second); !exited {
 		t.Fatal("proxy did not exit within 8s of SIGTERM with SLUICE_SHUTDOWN_TIMEOUT=300ms")
+	}
+	if took := time.Since(sent); took > 5*time.Second {
+		t.Fatalf("proxy exited %s after SIGTERM, want about 300ms", took)
 	}
 }
 
@@ -494,10 +415,7 @@ func TestServeFromAnEnvoyEnvironmentDrainsOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSluice(t)
 	port := func() string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -514,43 +432,14 @@ func TestServeFromAnEnvoyEnvironmentDrainsOnSIGTERM(t *testing.T) {
 		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false",
 		"SLUICE_CONFIG=../../examples/config", "SLUICE_SHUTDOWN_DRAIN_DELAY=3s",
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
+	lines := startProcess(t, cmd)
+	l := waitForLine(t, lines, 20*time.Second, `a JSON "sluice serving" line`, func(l string) bool {
+		return strings.Contains(l, `"@message":"sluice serving"`)
+	})
+	if !strings.Contains(l, `"@timestamp":`) || !strings.Contains(l, `"level":"info"`) {
+		t.Errorf("got %s, want envoyproxy/ratelimit's JSON fields", l)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill() }()
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(20 * time.Second)
-	for serving := false; !serving; {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("serve exited before serving")
-			}
-			if strings.Contains(l, `"@message":"sluice serving"`) {
-				serving = true
-				if !strings.Contains(l, `"@timestamp":`) || !strings.Contains(l, `"level":"info"`) {
-					t.Errorf("got %s, want envoyproxy/ratelimit's JSON fields", l)
-				}
-			}
-		case <-deadline:
-			t.Fatal(`no JSON "sluice serving" line`)
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
+	discard(lines)
 	health := func() int {
 		resp, err := http.Get("http://127.0.0.1:" + httpPort + "/healthcheck")
 		if err != nil {
@@ -572,15 +461,12 @@ func TestServeFromAnEnvoyEnvironmentDrainsOnSIGTERM(t *testing.T) {
 	if !sawDrain {
 		t.Fatal("healthcheck after SIGTERM: never 503 while draining")
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve exited with %v, want exit code 0", err)
-		}
-	case <-time.After(15 * time.Second):
+	exited, err := waitExit(cmd, 15*time.Second)
+	if !exited {
 		t.Fatal("serve did not exit after the drain")
+	}
+	if err != nil {
+		t.Fatalf("serve exited with %v, want exit code 0", err)
 	}
 }
 
@@ -591,5 +477,83 @@ func TestHelpNamesTheEnvironmentAndTheDocs(t *testing.T) {
 		if code != 0 || !strings.Contains(text, "SLUICE_GRPC_ADDR") || !strings.Contains(text, "docs/configuration.md") || !strings.Contains(text, "REDIS_URL") {
 			t.Errorf("%v: got exit %d and %q, want 0 and the environment variables and docs named", args, code, text)
 		}
+	}
+}
+
+// buildSluice builds this command into a temporary directory and returns
+// the binary's path.
+func buildSluice(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProcess starts cmd and returns its standard error line by line; the
+// channel closes when the process closes it. The process is killed when the
+// test ends.
+func startProcess(t *testing.T, cmd *exec.Cmd) <-chan string {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return lines
+}
+
+// waitForLine reads lines until match accepts one and returns it. It fails
+// the test when the process exits first or timeout passes; want names the
+// line in the failure.
+func waitForLine(t *testing.T, lines <-chan string, timeout time.Duration, want string, match func(string) bool) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the process exited before %s", want)
+			}
+			if match(l) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no %s within %s", want, timeout)
+		}
+	}
+}
+
+// discard reads and drops the rest of lines, so that the process never
+// blocks writing to its standard error.
+func discard(lines <-chan string) {
+	go func() {
+		for range lines {
+		}
+	}()
+}
+
+// waitExit waits up to timeout for cmd to exit: exited says whether it did,
+// err is cmd.Wait's answer.
+func waitExit(cmd *exec.Cmd, timeout time.Duration) (exited bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return true, err
+	case <-time.After(timeout):
+		return false, nil
 	}
 }
