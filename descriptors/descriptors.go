@@ -110,9 +110,21 @@ type Rule struct {
 	// when the descriptor has none. Read-only.
 	Metadata map[string]any
 
+	// Group lists every limit of a descriptor with rate_limits (a Sluice
+	// extension: several limits on one descriptor), this rule among them,
+	// in file order; nil for a descriptor with one rate_limit. Config.Match
+	// answers with the first; a request's descriptor is counted against
+	// each, in one store call, and is over the limit when any is.
+	Group []*Rule
+
 	// File and Line locate the descriptor that defines the rule.
 	File string
 	Line int
+
+	// suffix tells apart the limits of a Group: the limit's name, else its
+	// window ("second", "5_minute"). It ends the stats key (after a dot)
+	// and the counter key (before the window start). "" outside a Group.
+	suffix string
 
 	// leaf reports a rule node without child descriptors.
 	leaf bool
@@ -130,6 +142,18 @@ type level struct {
 	wild     bool   // value is a wildcard pattern
 	share    bool   // the node has share_threshold (so it is a wildcard)
 	toMetric bool   // the node has value_to_metric
+}
+
+// Limits is the number of limits of r's descriptor: len(Group), or 1.
+func (r *Rule) Limits() int { return max(1, len(r.Group)) }
+
+// Limit is the k-th limit of r's descriptor, 0 <= k < Limits(): Group[k],
+// or r itself for a descriptor with one rate_limit.
+func (r *Rule) Limit(k int) *Rule {
+	if r.Group == nil {
+		return r
+	}
+	return r.Group[k]
 }
 
 // Window is the length of one window: Unit times UnitMultiplier. It is 0
@@ -163,8 +187,17 @@ func (r *Rule) WindowSeconds() int64 {
 // in decimal Unix seconds (and, for Redis, prepends its key prefix):
 // "mongo_cps_database_users_1700000000".
 //
+// A limit of a descriptor with rate_limits (see Group) adds its name, or
+// its window, and "_" after the entries, so that each limit has a counter
+// of its own, and braces the common part as a Redis Cluster hash tag, so
+// that every limit of the descriptor is in one hash slot and counted in
+// one call: "{mongo_cps_database_users_}day_1700000000".
+//
 // entries must be the descriptor that matched r.
 func (r *Rule) AppendCacheKey(dst []byte, entries []Entry) []byte {
+	if r.suffix != "" {
+		dst = append(dst, '{')
+	}
 	dst = append(dst, r.Domain...)
 	dst = append(dst, '_')
 	for i, e := range entries {
@@ -177,6 +210,11 @@ func (r *Rule) AppendCacheKey(dst []byte, entries []Entry) []byte {
 		}
 		dst = append(dst, '_')
 	}
+	if r.suffix != "" {
+		dst = append(dst, '}')
+		dst = append(dst, r.suffix...)
+		dst = append(dst, '_')
+	}
 	return dst
 }
 
@@ -184,7 +222,7 @@ func (r *Rule) AppendCacheKey(dst []byte, entries []Entry) []byte {
 // the entry (database, users) of domain mongo_cps. The caller appends the
 // window start.
 func (r *Rule) CacheKey(entries []Entry) string {
-	n := len(r.Domain) + 1
+	n := len(r.Domain) + 1 + len(r.suffix) + 3
 	for _, e := range entries {
 		n += len(e.Key) + len(e.Value) + 2
 	}
@@ -206,6 +244,9 @@ func (r *Rule) CacheKey(entries []Entry) string {
 // request's "key_value" (just "key" for an empty value), unless the node is
 // a share_threshold wildcard, which keeps "key_pattern"; the other levels
 // keep their configured segments.
+//
+// A limit of a Group ends its key with "." and its name or window, as its
+// StatsKey does.
 func (r *Rule) MetricKey(entries []Entry) string {
 	toMetric, share := false, false
 	for _, l := range r.levels {
@@ -241,6 +282,10 @@ func (r *Rule) MetricKey(entries []Entry) string {
 		default:
 			b.WriteString(l.segment)
 		}
+	}
+	if r.suffix != "" {
+		b.WriteByte('.')
+		b.WriteString(r.suffix)
 	}
 	return b.String()
 }

@@ -19,7 +19,7 @@ func TestBadFixtures(t *testing.T) {
 		{file: "bad_unknown_top_key.yaml", want: []string{
 			`2: unknown field "descriptor" in the domain file, must be one of domain, descriptors`}},
 		{file: "bad_unknown_descriptor_key.yaml", want: []string{
-			`4: unknown field "vaule" in a descriptor, must be one of key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata`}},
+			`4: unknown field "vaule" in a descriptor, must be one of key, value, rate_limit, rate_limits, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata`}},
 		{file: "bad_unknown_rate_limit_key.yaml", want: []string{
 			`6: unknown field "requests_per_second" in rate_limit, must be one of unit, requests_per_unit, unlimited, name, replaces, burst, unit_multiplier`}},
 		{file: "bad_empty_domain.yaml", want: []string{`1: empty domain`}},

@@ -70,6 +70,9 @@ var envoyKeys = map[string]bool{
 	"value_to_metric": true, "share_threshold": true,
 }
 
+// Sluice's extensions are not in envoyKeys: a file that uses one is
+// refused by envoyproxy/ratelimit, and is read only where Sluice knows it.
+
 // fields lists the pairs of mapping n, reporting keys that are not in
 // known (where says what the map is), duplicated or not strings. YAML merge
 // keys ("<<: *anchor") are expanded, the map's own keys winning. A key that
@@ -277,10 +280,10 @@ func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefi
 func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int) {
 	nd := &node{}
 	var (
-		rl, children, shareNode, metadata yamlconf.Node
-		flags                             [5]bool // shadow, quota, detailed, toMetric, share
+		rl, rls, children, shareNode, metadata yamlconf.Node
+		flags                                  [5]bool // shadow, quota, detailed, toMetric, share
 	)
-	fs := p.fields(item, "a descriptor", "key", "value", "rate_limit", "descriptors",
+	fs := p.fields(item, "a descriptor", "key", "value", "rate_limit", "rate_limits", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata")
 	for _, f := range fs {
 		switch f.name {
@@ -290,6 +293,8 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 			nd.value = p.str(f.val, "value")
 		case "rate_limit":
 			rl = f.val
+		case "rate_limits":
+			rls = f.val
 		case "descriptors":
 			children = f.val
 		case "shadow_mode":
@@ -332,24 +337,38 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 	here := append(append(make([]level, 0, len(path)+1), path...), lv)
 	statsKey := statsPrefix + composite
 
-	if !rl.IsNull() {
-		r := p.rateLimit(rl)
-		if r != nil {
-			r.Domain, r.StatsKey, r.Key, r.Value, r.Depth = d.name, statsKey, nd.key, nd.value, len(here)
-			if nd.pat.wild {
-				r.Pattern = nd.value
-			}
-			r.ShadowMode, r.QuotaMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold = flags[0], flags[1], flags[2], flags[3], flags[4]
-			r.File, r.Line, r.levels = p.doc.File(), item.Line(), here
-			if metadata.Shape() == yamlconf.Map && metadata.Len() > 0 {
-				r.Metadata, _ = metadata.Value().(map[string]any)
-			}
-			r.leaf = children.Len() == 0
-			nd.rule = r
-			if valid {
-				d.rules = append(d.rules, r)
-			}
+	var rules []*Rule
+	switch {
+	case !rl.IsNull() && !rls.IsNull():
+		p.errorf(rls, "descriptor %q has both rate_limit and rate_limits, give it one or the other", composite)
+	case !rl.IsNull():
+		if r := p.rateLimit(rl, false); r != nil {
+			rules = []*Rule{r}
 		}
+	case !rls.IsNull():
+		rules = p.rateLimits(rls, composite)
+	}
+	for _, r := range rules {
+		r.Domain, r.StatsKey, r.Key, r.Value, r.Depth = d.name, statsKey, nd.key, nd.value, len(here)
+		if r.suffix != "" {
+			r.StatsKey += "." + r.suffix
+		}
+		if nd.pat.wild {
+			r.Pattern = nd.value
+		}
+		r.ShadowMode = r.ShadowMode || flags[0]
+		r.QuotaMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold = flags[1], flags[2], flags[3], flags[4]
+		r.File, r.Line, r.levels = p.doc.File(), item.Line(), here
+		if metadata.Shape() == yamlconf.Map && metadata.Len() > 0 {
+			r.Metadata, _ = metadata.Value().(map[string]any)
+		}
+		r.leaf = children.Len() == 0
+		if valid {
+			d.rules = append(d.rules, r)
+		}
+	}
+	if len(rules) > 0 {
+		nd.rule = rules[0]
 	}
 	sub := &levelIndex{}
 	p.list(children, sub, here, statsKey+".", d, depth+1)
@@ -361,25 +380,72 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 	}
 }
 
-// rateLimit reads a rate_limit block. It returns nil when the block is
-// invalid (the problems are recorded) or not a map.
-func (p *parser) rateLimit(n yamlconf.Node) *Rule {
+// rateLimits reads the rate_limits list of the descriptor composite: its
+// limits, each with its suffix (its name, else its window), or nil when
+// the list has a problem (recorded).
+func (p *parser) rateLimits(n yamlconf.Node, composite string) []*Rule {
+	if n.Shape() != yamlconf.List || n.Len() == 0 {
+		p.errorf(n, "rate_limits must be a list of one or more rate_limit blocks, got %s", n.Describe())
+		return nil
+	}
+	before := p.doc.ErrorCount()
+	var rules []*Rule
+	at := map[string]int{} // suffix -> line of the limit that has it
+	for item := range n.Items() {
+		r := p.rateLimit(item, true)
+		if r == nil {
+			continue
+		}
+		r.suffix = r.Name
+		if r.suffix == "" {
+			r.suffix = r.Unit.String()
+			if r.UnitMultiplier > 1 {
+				r.suffix = fmt.Sprintf("%d_%s", r.UnitMultiplier, r.Unit)
+			}
+		}
+		if line, ok := at[r.suffix]; ok {
+			p.errorf(item, "descriptor %q has two rate_limits named %q (the other at line %d): give each limit its own name or window", composite, r.suffix, line)
+			continue
+		}
+		at[r.suffix] = item.Line()
+		rules = append(rules, r)
+	}
+	if p.doc.ErrorCount() > before {
+		return nil
+	}
+	for _, r := range rules {
+		r.Group = rules
+	}
+	return rules
+}
+
+// rateLimit reads a rate_limit block, or one item of a rate_limits list
+// (inList), which may have its own shadow_mode but may not be unlimited.
+// It returns nil when the block is invalid (the problems are recorded) or
+// not a map.
+func (p *parser) rateLimit(n yamlconf.Node, inList bool) *Rule {
+	where, known := "rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "burst", "unit_multiplier"}
+	if inList {
+		where, known = "a rate_limits item", append(known[:len(known):len(known)], "shadow_mode")
+	}
 	if n.Shape() != yamlconf.Map {
-		p.errorf(n, "rate_limit must be a map, got %s", n.Describe())
+		p.errorf(n, "%s must be a map, got %s", where, n.Describe())
 		return nil
 	}
 	before := p.doc.ErrorCount()
 	r := &Rule{UnitMultiplier: 1}
-	var unit, burst, mult yamlconf.Node // the zero Node when absent
+	var unit, burst, mult, unlimited yamlconf.Node // the zero Node when absent
 	var replaced []yamlconf.Node
-	for _, f := range p.fields(n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "burst", "unit_multiplier") {
+	for _, f := range p.fields(n, where, known...) {
 		switch f.name {
+		case "shadow_mode":
+			r.ShadowMode = p.bool(f.val, f.name)
 		case "unit":
 			unit = f.val
 		case "requests_per_unit":
 			r.RequestsPerUnit = p.uint32(f.val, f.name, 0)
 		case "unlimited":
-			r.Unlimited = p.bool(f.val, f.name)
+			r.Unlimited, unlimited = p.bool(f.val, f.name), f.val
 		case "name":
 			r.Name = p.str(f.val, f.name)
 		case "replaces":
@@ -399,6 +465,8 @@ func (p *parser) rateLimit(n yamlconf.Node) *Rule {
 		unitName = p.str(unit, "unit")
 	}
 	switch {
+	case r.Unlimited && inList:
+		p.errorf(unlimited, "a rate_limits item cannot be unlimited: use rate_limit: {unlimited: true} for a descriptor without a limit")
 	case r.Unlimited && validUnit(unitName):
 		// envoyproxy/ratelimit ignores a unit it does not know here.
 		p.errorf(unit, "should not specify rate limit unit %q when unlimited is true", unitName)

@@ -162,7 +162,8 @@ type check struct {
 	negative  bool
 	statsKey  string
 
-	txn    int  // index into the request's transactions, or -1
+	txn    int  // index into the request's transactions of its first limit, or -1
+	ntxn   int  // its transactions: one per limit (several with rate_limits)
 	passed bool // within its limit, or no limit: its metadata is returned
 }
 
@@ -266,7 +267,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			if err != nil {
 				return nil, invalidRequest(fmt.Sprintf("descriptors[%d].limit", i), "descriptor %d: %v", i, err)
 			}
-			c.rule, c.statsKey = r, r.StatsKey
+			c.rule = r
 			continue
 		}
 		r := cfg.Match(domain, c.entries)
@@ -274,46 +275,56 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			continue
 		}
 		// An unlimited rule's replaces count too, as in envoyproxy/ratelimit.
-		for _, name := range r.Replaces {
-			if replaced == nil {
-				replaced = map[string]bool{}
+		for k := range r.Limits() {
+			for _, name := range r.Limit(k).Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[name] = true
 			}
-			replaced[name] = true
 		}
 		if r.Unlimited {
 			c.unlimited = true
 			continue
 		}
 		c.rule = r
-		c.statsKey = r.MetricKey(c.entries) // value_to_metric on any level, or detailed_metric
 	}
 
-	txns := sc.txns[:0]
+	txns, rules, keys := sc.txns[:0], sc.rules[:0], sc.keys[:0]
 	for i := range checks {
 		c := &checks[i]
 		if c.rule == nil {
 			continue
 		}
-		if c.rule.Name != "" && replaced[c.rule.Name] {
-			c.rule = nil
+		c.txn = len(txns)
+		for k := range c.rule.Limits() {
+			r := c.rule.Limit(k)
+			if r.Name != "" && replaced[r.Name] {
+				continue
+			}
+			t := limiter.ForRule(r, c.entries, int64(c.hits))
+			switch {
+			case c.negative:
+				t.Kind = limiter.RefundBucket
+			case c.hits == 0:
+				t.Kind = limiter.CheckOnly
+			}
+			txns, rules = append(txns, t), append(rules, r)
+			keys = append(keys, r.MetricKey(c.entries)) // value_to_metric on any level, or detailed_metric
+		}
+		c.ntxn = len(txns) - c.txn
+		if c.ntxn == 0 {
+			c.rule, c.txn = nil, -1
 			continue
 		}
-		t := limiter.ForRule(c.rule, c.entries, int64(c.hits))
-		switch {
-		case c.negative:
-			t.Kind = limiter.RefundBucket
-		case c.hits == 0:
-			t.Kind = limiter.CheckOnly
-		}
-		c.txn = len(txns)
-		txns = append(txns, t)
+		c.rule, c.statsKey = rules[c.txn], keys[c.txn]
 	}
-	sc.txns = txns
+	sc.txns, sc.rules, sc.keys = txns, rules, keys
 	sc.decisions = sized(sc.decisions, len(txns))
 	if err := s.opts.Limiter.CountWith(ctx, &sc.count, txns, sc.decisions); err != nil {
 		return nil, fmt.Errorf("count descriptors: %w", err)
 	}
-	resp := s.respond(checks, sc.decisions)
+	resp := s.respond(checks, rules, keys, sc.decisions)
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, checks)
 	}
@@ -346,6 +357,8 @@ type scratch struct {
 	checks    []check
 	entries   []descriptors.Entry
 	txns      []limiter.Transaction
+	rules     []*descriptors.Rule // the rule of each transaction
+	keys      []string            // the stats key of each transaction
 	decisions []limiter.Decision
 	count     limiter.Scratch
 }
@@ -367,19 +380,23 @@ func sized[T any](a []T, n int) []T {
 
 // release drops what the arrays point to and returns sc to the pool.
 func (sc *scratch) release() {
-	if max(cap(sc.checks), cap(sc.entries), cap(sc.txns), cap(sc.decisions)) > maxScratch {
+	if max(cap(sc.checks), cap(sc.entries), cap(sc.txns), cap(sc.rules), cap(sc.decisions)) > maxScratch {
 		return
 	}
 	clear(sc.checks)
 	clear(sc.entries)
 	clear(sc.txns)
+	clear(sc.rules[:cap(sc.rules)])
+	clear(sc.keys[:cap(sc.keys)])
 	clear(sc.decisions)
 	sc.checks, sc.entries, sc.txns, sc.decisions = sc.checks[:0], sc.entries[:0], sc.txns[:0], sc.decisions[:0]
+	sc.rules, sc.keys = sc.rules[:0], sc.keys[:0]
 	scratchPool.Put(sc)
 }
 
 // respond translates the limiter's decisions into the response, with
-// statistics: the one place where a decision becomes an RLS answer.
+// statistics: the one place where a decision becomes an RLS answer. rules
+// and keys are the rule and stats key of each decision.
 //
 // As in envoyproxy/ratelimit, a quota-mode descriptor (every descriptor
 // with GlobalQuotaMode) over its limit keeps its OVER_LIMIT status; the
@@ -388,23 +405,27 @@ func (sc *scratch) release() {
 // shadow-mode descriptor over its limit answers OK. The response headers
 // describe the descriptor with the least remaining among those with a
 // limit, the last one over the limit if any non-quota one is.
-func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
+//
+// A descriptor with several limits (rate_limits) is over when any of them
+// is; its status reports the limit closest to its own: an over one before
+// the others, then the least remaining, then the longest reset.
+func (s *RLS) respond(checks []check, rules []*descriptors.Rule, keys []string, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
 	var limits []rlsv3.RateLimitResponse_RateLimit
 	var resets []durationpb.Duration
-	if len(checks) == 1 && len(decisions) <= 1 {
+	if len(checks) == 1 {
 		// The usual request: every message in one allocation.
 		one := new(oneResponse)
-		resp, statuses, limits, resets = &one.resp, one.status[:], one.limit[:len(decisions)], one.reset[:len(decisions)]
+		resp, statuses, limits, resets = &one.resp, one.status[:], one.limit[:], one.reset[:]
 		resp.Statuses = one.ptr[:]
 	} else {
 		// The messages of all descriptors come from one array of each kind
 		// rather than three allocations per descriptor.
 		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, len(checks))
-		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(decisions))
-		resets = make([]durationpb.Duration, len(decisions))
+		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(checks))
+		resets = make([]durationpb.Duration, len(checks))
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
@@ -428,32 +449,30 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 			c.passed = true
 			continue
 		}
-		d := &decisions[c.txn]
-		r := c.rule
-		st.CurrentLimit = &limits[c.txn]
+		// The limit to report: the first, unless another is closer.
+		best := limitStatus(rules[c.txn], &decisions[c.txn])
+		anyOver := !decisions[c.txn].Allowed
+		s.record(c, rules[c.txn], keys[c.txn], &decisions[c.txn])
+		for k := c.txn + 1; k < c.txn+c.ntxn; k++ {
+			ls := limitStatus(rules[k], &decisions[k])
+			anyOver = anyOver || !decisions[k].Allowed
+			s.record(c, rules[k], keys[k], &decisions[k])
+			if ls.closer(best) {
+				best = ls
+			}
+		}
+		if s.opts.Metrics != nil && !c.negative {
+			s.hot.add(s.opts.Clock, c, anyOver)
+		}
+		r, reset := best.rule, best.reset
+		st.Code, st.LimitRemaining = best.code, best.remaining
+		st.CurrentLimit = &limits[i]
 		st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = r.Name, r.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit)
 		if r.UnitMultiplier > 1 {
 			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
-		if d.Allowed {
-			st.LimitRemaining = clampUint32(d.Remaining)
-		} else {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		// duration_until_reset: the end of the window (whole seconds, as
-		// envoyproxy/ratelimit reports it), or for GCRA rules the time
-		// until a request would be allowed when over, and until the bucket
-		// is full otherwise.
-		reset := d.ResetIn
-		if r.Burst > 0 && !d.Allowed && d.RetryIn > 0 {
-			reset = d.RetryIn
-		}
-		st.DurationUntilReset = &resets[c.txn]
+		st.DurationUntilReset = &resets[i]
 		st.DurationUntilReset.Seconds, st.DurationUntilReset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
-		s.record(c, d)
-		if !d.Allowed && r.ShadowMode {
-			st.Code = rlsv3.RateLimitResponse_OK
-		}
 		if s.opts.ResponseHeaders && st.LimitRemaining < closestRemaining {
 			closest, closestRemaining = st, st.LimitRemaining
 		}
@@ -492,6 +511,45 @@ func (s *RLS) respond(checks []check, decisions []limiter.Decision) *rlsv3.RateL
 		}
 	}
 	return resp
+}
+
+// ruleStatus is one limit's answer for a descriptor.
+type ruleStatus struct {
+	rule      *descriptors.Rule
+	code      rlsv3.RateLimitResponse_Code
+	remaining uint32
+	// reset is duration_until_reset: the end of the window (whole seconds,
+	// as envoyproxy/ratelimit reports it), or for GCRA rules the time
+	// until a request would be allowed when over, and until the bucket is
+	// full otherwise.
+	reset time.Duration
+}
+
+// limitStatus is rule r's answer for decision d. A shadow-mode rule over
+// its limit answers OK, with nothing remaining.
+func limitStatus(r *descriptors.Rule, d *limiter.Decision) ruleStatus {
+	ls := ruleStatus{rule: r, code: rlsv3.RateLimitResponse_OK, reset: d.ResetIn}
+	if d.Allowed {
+		ls.remaining = clampUint32(d.Remaining)
+	} else if !r.ShadowMode {
+		ls.code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if r.Burst > 0 && !d.Allowed && d.RetryIn > 0 {
+		ls.reset = d.RetryIn
+	}
+	return ls
+}
+
+// closer reports whether ls is closer to its limit than o: over the limit
+// when o is not, else less remaining, else a longer reset.
+func (ls ruleStatus) closer(o ruleStatus) bool {
+	if (ls.code == rlsv3.RateLimitResponse_OVER_LIMIT) != (o.code == rlsv3.RateLimitResponse_OVER_LIMIT) {
+		return ls.code == rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if ls.remaining != o.remaining {
+		return ls.remaining < o.remaining
+	}
+	return ls.reset > o.reset
 }
 
 // oneResponse is the response to a request of one descriptor, allocated
@@ -577,32 +635,32 @@ func mergeMetadata(dst, src map[string]any) {
 	}
 }
 
-// record adds c's hits to its rule's statistics, as envoyproxy/ratelimit
-// splits them between within, near and over the limit. An over-limit
-// decision answered from the local over-limit cache counts all its hits
-// over the limit and over_limit_with_local_cache, as upstream's does.
-func (s *RLS) record(c *check, d *limiter.Decision) {
+// record adds c's hits to the statistics of its rule r (stats key key),
+// as envoyproxy/ratelimit splits them between within, near and over the
+// limit. An over-limit decision answered from the local over-limit cache
+// counts all its hits over the limit and over_limit_with_local_cache, as
+// upstream's does.
+func (s *RLS) record(c *check, r *descriptors.Rule, key string, d *limiter.Decision) {
 	m := s.opts.Metrics
 	if m == nil || c.negative {
 		return
 	}
-	st := m.stats.Rule(c.statsKey)
+	st := m.stats.Rule(key)
 	over := !d.Allowed
-	s.hot.add(s.opts.Clock, c, over)
 	hits := c.hits
 	st.TotalHits.Add(hits)
 	if over && d.Cached {
 		st.OverLimit.Add(hits)
 		st.OverLimitWithLocalCache.Add(hits)
-		if c.rule.ShadowMode {
+		if r.ShadowMode {
 			st.ShadowMode.Add(hits)
 		}
 		return
 	}
-	limit := uint64(c.rule.RequestsPerUnit)
+	limit := uint64(r.RequestsPerUnit)
 	var before, after uint64
-	if c.rule.Burst > 0 {
-		limit = uint64(c.rule.Burst)
+	if r.Burst > 0 {
+		limit = uint64(r.Burst)
 		used := uint64(max(int64(limit)-d.Remaining, 0))
 		after, before = used, used
 		if over {
@@ -622,7 +680,7 @@ func (s *RLS) record(c *check, d *limiter.Decision) {
 			st.OverLimit.Add(after - limit)
 			st.NearLimit.Add(limit - max(near, before))
 		}
-		if c.rule.ShadowMode {
+		if r.ShadowMode {
 			// Only the hits past the limit, as envoyproxy/ratelimit counts.
 			if before >= limit {
 				st.ShadowMode.Add(hits)

@@ -46,7 +46,7 @@ func TestRecordCountsDecisionsAsUpstream(t *testing.T) {
 			m := NewMetrics(nil)
 			s := NewRLS(RLSOptions{Limiter: limiter.New(memory.New(memory.Options{}), clock.NewFake(time.Unix(1e9, 0))), Metrics: m})
 			rule := &descriptors.Rule{StatsKey: "d.k", RequestsPerUnit: 10, ShadowMode: tc.shadow}
-			s.record(&check{rule: rule, hits: tc.hits, statsKey: rule.StatsKey}, &tc.decision)
+			s.record(&check{rule: rule, hits: tc.hits}, rule, rule.StatsKey, &tc.decision)
 			r := m.Stats().Rule("d.k")
 			got := [6]uint64{r.TotalHits.Load(), r.OverLimit.Load(), r.NearLimit.Load(),
 				r.WithinLimit.Load(), r.ShadowMode.Load(), r.OverLimitWithLocalCache.Load()}
