@@ -15,8 +15,10 @@
 // envoyproxy/ratelimit, so its configuration files load unchanged and give
 // the same answers. Two Sluice extensions may appear in a rate_limit block:
 // burst (a GCRA bucket of that size refilled at requests_per_unit per
-// window) and unit_multiplier (a window of that many units). Files that do
-// not use them behave exactly as they do in envoyproxy/ratelimit.
+// window) and unit_multiplier (a window of that many units); and a
+// descriptor may have several limits, a rate_limits list of rate_limit
+// blocks (see Rule.Group). Files that do not use them behave exactly as
+// they do in envoyproxy/ratelimit.
 //
 // The package only parses, validates and matches; it counts nothing. A
 // [Config] is immutable once built and safe for concurrent use; the service

@@ -280,8 +280,8 @@ func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefi
 func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int) {
 	nd := &node{}
 	var (
-		rl, rls, children, shareNode, metadata yamlconf.Node
-		flags                                  [5]bool // shadow, quota, detailed, toMetric, share
+		rl, rls, rlsKey, children, shareNode, metadata yamlconf.Node
+		flags                                          [5]bool // shadow, quota, detailed, toMetric, share
 	)
 	fs := p.fields(item, "a descriptor", "key", "value", "rate_limit", "rate_limits", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata")
@@ -294,7 +294,7 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 		case "rate_limit":
 			rl = f.val
 		case "rate_limits":
-			rls = f.val
+			rls, rlsKey = f.val, f.key
 		case "descriptors":
 			children = f.val
 		case "shadow_mode":
@@ -340,7 +340,7 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 	var rules []*Rule
 	switch {
 	case !rl.IsNull() && !rls.IsNull():
-		p.errorf(rls, "descriptor %q has both rate_limit and rate_limits, give it one or the other", composite)
+		p.errorf(rlsKey, "descriptor %q has both rate_limit and rate_limits, give it one or the other", composite)
 	case !rl.IsNull():
 		if r := p.rateLimit(rl, false); r != nil {
 			rules = []*Rule{r}
@@ -384,8 +384,12 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 // limits, each with its suffix (its name, else its window), or nil when
 // the list has a problem (recorded).
 func (p *parser) rateLimits(n yamlconf.Node, composite string) []*Rule {
-	if n.Shape() != yamlconf.List || n.Len() == 0 {
+	switch {
+	case n.Shape() != yamlconf.List:
 		p.errorf(n, "rate_limits must be a list of one or more rate_limit blocks, got %s", n.Describe())
+		return nil
+	case n.Len() == 0:
+		p.errorf(n, "rate_limits is empty, it must list one or more rate_limit blocks")
 		return nil
 	}
 	before := p.doc.ErrorCount()

@@ -46,6 +46,17 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(badLimits, []byte("NewOrdersPerAccount:\n  burst: 0\n  count: 1\n  period: 1s\nBogus:\n  burst: 1\n  count: 1\n  period: 1s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	multi := filepath.Join(dir, "multi")
+	if err := os.MkdirAll(multi, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(multi, "api.yaml"), []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: second, requests_per_unit: 2}\n      - {unit: day, requests_per_unit: 10000}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Join(dir, "both.yaml")
+	if err := os.WriteFile(both, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n    rate_limits:\n      - {unit: day, requests_per_unit: 10000}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		args     []string
@@ -53,6 +64,9 @@ func TestCheck(t *testing.T) {
 		wantErr  []string
 	}{
 		{name: "the example configs are valid", args: []string{"--config", "../../examples/config"}, wantCode: 0},
+		{name: "several limits on a descriptor are valid", args: []string{"--config", multi}, wantCode: 0},
+		{name: "rate_limit and rate_limits together are an error", args: []string{"--config", both}, wantCode: 1,
+			wantErr: []string{`both.yaml:5: descriptor "k" has both rate_limit and rate_limits, give it one or the other`}},
 		{name: "a bad descriptor file lists every error with file:line", args: []string{"--config", bad}, wantCode: 1,
 			wantErr: []string{"bad.yaml:4:", "fortnight", "bad.yaml:5:"}},
 		{name: "bad limits list every error with file:line", args: []string{"--limits", badLimits}, wantCode: 1,
