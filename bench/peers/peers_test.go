@@ -1,0 +1,174 @@
+// Package peers compares Sluice's Go library path — the README's
+// limiter.Spend over the memory store — with the in-process limiters Go
+// users pick today, on the same 1,048,576 keys in one run:
+// sethvargo/go-limiter's memorystore, golang.org/x/time/rate with one
+// limiter per key in a sync.Map, and throttled/v2's GCRA over its
+// memstore. It is its own module so that Sluice never depends on them.
+//
+//	cd bench/peers && go test -run '^$' -bench . -benchmem
+//
+// Every limiter is given a limit no call reaches (a burst of 10^9), so each
+// call is one allowed decision on a live bucket: what is measured is the
+// cost of deciding, not of denying.
+// TestMemoryPerBucket reports the heap each keeps per live bucket.
+package peers
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter/memorystore"
+	"github.com/throttled/throttled/v2"
+	"github.com/throttled/throttled/v2/store/memstore"
+	"golang.org/x/time/rate"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+// nKeys is how many buckets every benchmark spreads over.
+const nKeys = 1 << 20
+
+const burst = 1_000_000_000
+
+var keys = func() []string {
+	k := make([]string, nKeys)
+	for i := range k {
+		k[i] = "3:" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// peer is one limiter under test: take reports whether key may go ahead.
+type peer struct {
+	name string
+	new  func(tb testing.TB) (take func(key string) bool)
+}
+
+var peers = []peer{
+	{"sluice limiter.Spend", func(tb testing.TB) func(string) bool {
+		// The README's library path.
+		l := limiter.New(memory.New(memory.Options{}), clock.New())
+		lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Second}
+		ctx := context.Background()
+		return func(key string) bool {
+			d, err := l.Spend(ctx, limiter.Transaction{Key: key, Limit: lim, Cost: 1})
+			return err == nil && d.Allowed
+		}
+	}},
+	{"sethvargo/go-limiter memorystore", func(tb testing.TB) func(string) bool {
+		// Its buckets are fixed windows refilled at each tick of Interval:
+		// one long tick keeps the burst for the whole run.
+		s, err := memorystore.New(&memorystore.Config{Tokens: burst, Interval: 1000 * time.Hour})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = s.Close(context.Background()) })
+		ctx := context.Background()
+		return func(key string) bool {
+			_, _, _, ok, err := s.Take(ctx, key)
+			return err == nil && ok
+		}
+	}},
+	{"x/time/rate per key in a sync.Map", func(tb testing.TB) func(string) bool {
+		var m sync.Map
+		return func(key string) bool {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, rate.NewLimiter(1, burst))
+			}
+			return v.(*rate.Limiter).Allow()
+		}
+	}},
+	{"throttled/v2 GCRA memstore", func(tb testing.TB) func(string) bool {
+		st, err := memstore.NewCtx(2 * nKeys)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rl, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerSec(1), MaxBurst: burst})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ctx := context.Background()
+		return func(key string) bool {
+			limited, _, err := rl.RateLimitCtx(ctx, key, 1)
+			return err == nil && !limited
+		}
+	}},
+}
+
+// warm makes every bucket live before timing, as in a busy service.
+func warm(tb testing.TB, take func(string) bool) {
+	for _, k := range keys {
+		if !take(k) {
+			tb.Fatalf("the first call for %s was refused", k)
+		}
+	}
+}
+
+func BenchmarkPeers(b *testing.B) {
+	for _, p := range peers {
+		b.Run(p.name+"/serial", func(b *testing.B) {
+			take := p.new(b)
+			warm(b, take)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if !take(keys[i&(nKeys-1)]) {
+					b.Fatal("refused")
+				}
+			}
+		})
+		b.Run(p.name+"/parallel", func(b *testing.B) {
+			take := p.new(b)
+			warm(b, take)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(1)) * 7919
+				for pb.Next() {
+					if !take(keys[i&(nKeys-1)]) {
+						b.Error("refused")
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+// TestMemoryPerBucket reports the heap each limiter holds per live bucket
+// (keys excluded: they exist before and after), and checks that every
+// peer answers.
+func TestMemoryPerBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a million buckets per peer")
+	}
+	for _, p := range peers {
+		heap := func() uint64 {
+			runtime.GC()
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return m.HeapAlloc
+		}
+		before := heap()
+		take := p.new(t)
+		warm(t, take)
+		after := heap()
+		per := float64(int64(after)-int64(before)) / nKeys
+		t.Logf("%-34s %6.1f bytes per live bucket", p.name, per)
+		fmt.Printf("memory per live bucket: %s: %.1f B\n", p.name, per)
+		runtime.KeepAlive(take)
+	}
+}
