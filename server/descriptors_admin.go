@@ -304,13 +304,16 @@ func (d *Descriptors) answerHTTP(w http.ResponseWriter, r *http.Request, domain 
 		writeError(w, httpStatus(err), "%s", err.Error())
 		return
 	}
-	out, err := json.Marshal(countersJSON(c))
-	if err != nil {
+	// Descriptor values are shown as they are: "&", "<" and ">" unescaped.
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(countersJSON(c)); err != nil {
 		writeError(w, http.StatusInternalServerError, "encode response: %v", err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(out, '\n'))
+	_, _ = w.Write(out.Bytes())
 }
 
 // descriptorQuery reads "domain=D&entry=K=V&entry=K2=V2": each entry is
