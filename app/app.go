@@ -396,7 +396,12 @@ func (a *App) Start() error {
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)
 
-	adminTLS := tlsConfig // the admin listener has TLS whenever --tls-cert is set
+	// The admin listener has TLS whenever --tls-cert is set, on a copy of
+	// the config: each http.Server adjusts its own.
+	var adminTLS *tls.Config
+	if tlsConfig != nil {
+		adminTLS = tlsConfig.Clone()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/json", server.JSONHandler(a.rls))
 	mux.Handle("/v1/", server.KVHTTPHandler(kv))
