@@ -47,10 +47,14 @@ func adminListenAddr(addr string) (bind string, local bool, err error) {
 	return addr, false, nil
 }
 
+// adminOn reports whether the options turn the admin listener on: an
+// address that is neither empty nor "off".
+func (o *Options) adminOn() bool { return o.AdminAddr != "" && o.AdminAddr != "off" }
+
 // validateAdmin checks the admin listener's options, reporting each
 // problem with bad.
 func (o *Options) validateAdmin(bad func(flag, format string, args ...any)) {
-	if o.AdminAddr == "" {
+	if !o.adminOn() {
 		if o.AdminTokenFile != "" {
 			bad("admin-token-file", "needs --admin-addr: the admin listener is off")
 		}
@@ -116,7 +120,7 @@ func (a *App) newAdmin(tlsConfig *tls.Config, errorLog *log.Logger) (*server.Adm
 		return nil, nil, err
 	}
 	admin := server.NewAdmin(auth)
-	server.NewDescriptors(server.DescriptorsOptions{Limiter: a.limiter, Config: a.rls.Config}).Mount(admin)
+	server.NewDescriptors(server.DescriptorsOptions{Limiter: a.limiter, Config: a.rls.Config, Logger: a.log}).Mount(admin)
 	srv := &http.Server{Handler: admin, TLSConfig: tlsConfig, ErrorLog: errorLog,
 		ReadHeaderTimeout: a.opts.HTTPReadTimeout, ReadTimeout: a.opts.HTTPReadTimeout,
 		WriteTimeout: a.opts.HTTPWriteTimeout, IdleTimeout: a.opts.HTTPIdleTimeout,

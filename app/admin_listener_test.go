@@ -446,6 +446,24 @@ func TestAdminListenerAddresses(t *testing.T) {
 			t.Fatalf("inspect: got %+v, want limited", got)
 		}
 	})
+	t.Run("off is off", func(t *testing.T) {
+		ta := start(t, map[string]string{"adm.yaml": adminConfig}, func(o *app.Options) { o.AdminAddr = "off" })
+		if got := ta.AdminAddr(); got != "" {
+			t.Fatalf("AdminAddr: got %q, want \"\" (no port opened)", got)
+		}
+	})
+	t.Run("a unix socket serves without credentials", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "admin.sock")
+		ta := start(t, map[string]string{"adm.yaml": adminConfig}, func(o *app.Options) { o.AdminAddr = "unix:" + sock })
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+		code, body := adminCall(t, c, http.MethodGet, "http://admin/v1/descriptors/counters?domain=adm&entry=window=x", "", "")
+		if got := decodeCounters(t, code, body); got.Status != "limited" {
+			t.Fatalf("inspect over %s: got %+v, want limited", ta.AdminAddr(), got)
+		}
+	})
 	t.Run("SLUICE_ADMIN_ADDR turns it on", func(t *testing.T) {
 		o, err := app.ParseServe(nil, func(k string) string { return map[string]string{"SLUICE_ADMIN_ADDR": ":9091"}[k] }, io.Discard)
 		if err != nil || o.AdminAddr != ":9091" {

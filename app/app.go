@@ -337,7 +337,7 @@ func (a *App) Start() error {
 		a.closeListeners()
 		return fmt.Errorf("--debug-addr: %w", err)
 	}
-	if a.opts.AdminAddr != "" {
+	if a.opts.adminOn() {
 		bind, _, err := adminListenAddr(a.opts.AdminAddr)
 		if err == nil {
 			a.adminLn, err = listen(bind)

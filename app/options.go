@@ -135,7 +135,7 @@ type Options struct {
 	KVAdminTokenFile, KVAdminClientSAN string
 	// AdminAddr is the admin listener's address (inspect and reset a
 	// descriptor's counters, over HTTP and gRPC on one port); default ""
-	// (off). An address without a host (":9091") binds 127.0.0.1, not
+	// (off; "off" too). An address without a host (":9091") binds 127.0.0.1, not
 	// every interface. On an address that is not loopback, AdminTokenFile
 	// or AdminClientSAN is required.
 	AdminAddr string
@@ -433,7 +433,7 @@ flags:
 	fs.BoolVar(&o.KVRetryAfterJitter, "kv-retry-after-jitter", o.KVRetryAfterJitter, "add a random 0-3% to the retry_in and Retry-After of denied key-value answers, as Boulder does, so that denied callers do not all come back at once")
 	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
 	fs.StringVar(&o.KVAdminClientSAN, "kv-admin-client-san", o.KVAdminClientSAN, "a name a TLS client certificate must carry to make key-value refund and reset calls (needs --tls-client-ca)")
-	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listen address for inspecting and resetting descriptor counters, HTTP and gRPC on one port (empty: off); without a host (\":9091\") it binds 127.0.0.1 only, and any non-loopback address needs --admin-token-file or --admin-client-san")
+	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listen address for inspecting and resetting descriptor counters, HTTP and gRPC on one port (empty or off: off); without a host (\":9091\") it binds 127.0.0.1 only, and any non-loopback address needs --admin-token-file or --admin-client-san")
 	fs.StringVar(&o.AdminTokenFile, "admin-token-file", o.AdminTokenFile, "file holding the bearer token every call to --admin-addr must carry")
 	fs.StringVar(&o.AdminClientSAN, "admin-client-san", o.AdminClientSAN, "a name a TLS client certificate must carry to call --admin-addr (needs --tls-client-ca)")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")

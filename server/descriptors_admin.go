@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -22,6 +23,9 @@ type DescriptorsOptions struct {
 	// Config is the descriptor configuration in force (RLS.Config); nil,
 	// or a nil answer, means no domain is known.
 	Config func() *descriptors.Config
+	// Logger records every reset (an audit trail: domain, entries, rule
+	// and counter key); default slog.Default().
+	Logger *slog.Logger
 }
 
 // Descriptors inspects and resets the counter of one Envoy domain +
@@ -43,6 +47,9 @@ type Descriptors struct {
 func NewDescriptors(o DescriptorsOptions) *Descriptors {
 	if o.Limiter == nil {
 		panic("server.NewDescriptors: nil Limiter") // a wiring bug, not bad input
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	return &Descriptors{opts: o}
 }
@@ -104,6 +111,7 @@ func (d *Descriptors) counters(ctx context.Context, domain string, entries []des
 			return counters{}, fmt.Errorf("reset %s: %w", txn.Key, err)
 		}
 		c.reset = true
+		d.opts.Logger.Info("descriptor counter reset", "domain", domain, "entries", entriesText(entries), "rule", r.StatsKey, "key", txn.Key)
 	}
 	dec, err := d.opts.Limiter.Check(ctx, txn)
 	if err != nil {
@@ -116,6 +124,18 @@ func (d *Descriptors) counters(ctx context.Context, domain string, entries []des
 	}
 	c.d = dec
 	return c, nil
+}
+
+// entriesText is entries as "key=value, key2=value2" for a log line.
+func entriesText(entries []descriptors.Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e.Key + "=" + e.Value)
+	}
+	return b.String()
 }
 
 // validDescriptor checks the shape of an addressed descriptor: a domain,
