@@ -498,9 +498,9 @@ func (a *App) DebugAddr() string { return addrOf(a.debugLn) }
 // --admin-addr is off.
 func (a *App) AdminAddr() string { return addrOf(a.adminLn) }
 
-// Admin is the admin listener's front door once started, on which other
-// features mount their handlers and gRPC services before it serves; nil
-// when --admin-addr is off.
+// Admin is the admin listener's front door once started; nil when
+// --admin-addr is off. Features of the service mount their handlers and
+// gRPC services on it in Start (see newAdmin), before it serves.
 func (a *App) Admin() *server.Admin { return a.admin }
 
 // Shutdown stops accepting calls, lets in-flight ones finish until ctx

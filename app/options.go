@@ -135,9 +135,9 @@ type Options struct {
 	KVAdminTokenFile, KVAdminClientSAN string
 	// AdminAddr is the admin listener's address (inspect and reset a
 	// descriptor's counters, over HTTP and gRPC on one port); default ""
-	// (off; "off" too). An address without a host (":9091") binds 127.0.0.1, not
-	// every interface. On an address that is not loopback, AdminTokenFile
-	// or AdminClientSAN is required.
+	// (off; "off" too). An address without a host (":9091") binds
+	// 127.0.0.1, not every interface. On an address that is not loopback,
+	// AdminTokenFile or AdminClientSAN is required.
 	AdminAddr string
 	// AdminTokenFile and AdminClientSAN guard the admin listener as
 	// KVAdminTokenFile and KVAdminClientSAN guard key-value refunds: a

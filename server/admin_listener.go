@@ -70,7 +70,3 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mux.ServeHTTP(w, r)
 }
-
-// Stop ends the gRPC calls in flight on the admin listener; the
-// http.Server's Shutdown ends the rest.
-func (a *Admin) Stop() { a.grpc.Stop() }
