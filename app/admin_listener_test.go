@@ -546,3 +546,27 @@ func TestAdminRefusesBadRequests(t *testing.T) {
 		t.Fatalf("gRPC Inspect of nothing: got %v, want InvalidArgument", err)
 	}
 }
+
+func TestAdminResetLiftsTheLocalOverLimitCache(t *testing.T) {
+	srv := redistest.StartSingle(t)
+	ta := start(t, map[string]string{"adm.yaml": adminConfig}, func(o *app.Options) {
+		o.AdminAddr, o.LocalCacheSize = "127.0.0.1:0", 1<<20
+		o.Store, o.Redis.Addrs, o.Redis.Timeout = "redis", []string{srv.Addr}, 2*time.Second
+	})
+	for range 3 {
+		ta.ask(t, "adm", desc("window", "z"))
+	}
+	// Over the limit: the local cache now answers for the window.
+	for range 2 {
+		if got := ta.ask(t, "adm", desc("window", "z")).GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("request over the limit: got %s, want OVER_LIMIT", got)
+		}
+	}
+	if got := ta.inspect(t, "adm", "window", "z"); got.Remaining != 0 {
+		t.Fatalf("inspect over the limit: got remaining %d, want 0", got.Remaining)
+	}
+	ta.resetHTTP(t, "adm", "window", "z")
+	if got := ta.ask(t, "adm", desc("window", "z")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("the request after the reset: got %s, want OK (the reset must clear the local cache too)", got)
+	}
+}
