@@ -67,10 +67,13 @@ type App struct {
 	grpcServer  *grpc.Server
 	httpServer  *http.Server
 	debugServer *http.Server
+	adminServer *http.Server  // nil without --admin-addr
+	admin       *server.Admin // nil without --admin-addr
 	listeners   []net.Listener
 	grpcLn      net.Listener
 	httpLn      net.Listener
 	debugLn     net.Listener
+	adminLn     net.Listener
 
 	stopWatch func()
 	stopXDS   func() // stops the xDS client; nil without one
@@ -334,6 +337,16 @@ func (a *App) Start() error {
 		a.closeListeners()
 		return fmt.Errorf("--debug-addr: %w", err)
 	}
+	if a.opts.adminOn() {
+		bind, _, err := adminListenAddr(a.opts.AdminAddr)
+		if err == nil {
+			a.adminLn, err = listen(bind)
+		}
+		if err != nil {
+			a.closeListeners()
+			return fmt.Errorf("--admin-addr: %w", err)
+		}
+	}
 
 	var grpcOpts []grpc.ServerOption
 	var tlsConfig *tls.Config
@@ -383,6 +396,12 @@ func (a *App) Start() error {
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)
 
+	// The admin listener has TLS whenever --tls-cert is set, on a copy of
+	// the config: each http.Server adjusts its own.
+	var adminTLS *tls.Config
+	if tlsConfig != nil {
+		adminTLS = tlsConfig.Clone()
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/json", server.JSONHandler(a.rls))
 	mux.Handle("/v1/", server.KVHTTPHandler(kv))
@@ -408,6 +427,13 @@ func (a *App) Start() error {
 		ErrorLog:          httpLog,
 	}
 
+	if a.adminLn != nil {
+		if a.admin, a.adminServer, err = a.newAdmin(adminTLS, httpLog); err != nil {
+			a.closeListeners()
+			return err
+		}
+	}
+
 	if err := a.startXDS(); err != nil {
 		a.closeListeners()
 		return err
@@ -429,12 +455,19 @@ func (a *App) Start() error {
 	if a.debugLn != nil {
 		go func() { _ = a.debugServer.Serve(a.debugLn) }()
 	}
+	if a.adminLn != nil {
+		if adminTLS != nil {
+			go func() { _ = a.adminServer.ServeTLS(a.adminLn, "", "") }()
+		} else {
+			go func() { _ = a.adminServer.Serve(a.adminLn) }()
+		}
+	}
 	stop, err := a.watch()
 	if err != nil {
 		a.log.Warn("config files will not be watched; reload with SIGHUP", "err", err)
 	}
 	a.stopWatch = stop
-	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "store", a.opts.Store,
+	a.log.Info("sluice serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "debug", a.DebugAddr(), "admin", a.AdminAddr(), "store", a.opts.Store,
 		"request_limits", a.opts.RequestLimits, "negative_hits", a.opts.NegativeHits)
 	return nil
 }
@@ -460,6 +493,15 @@ func (a *App) HTTPAddr() string { return addrOf(a.httpLn) }
 
 // DebugAddr is the debug listener's address once started.
 func (a *App) DebugAddr() string { return addrOf(a.debugLn) }
+
+// AdminAddr is the admin listener's address once started; "" when
+// --admin-addr is off.
+func (a *App) AdminAddr() string { return addrOf(a.adminLn) }
+
+// Admin is the admin listener's front door once started; nil when
+// --admin-addr is off. Features of the service mount their handlers and
+// gRPC services on it in Start (see newAdmin), before it serves.
+func (a *App) Admin() *server.Admin { return a.admin }
 
 // Shutdown stops accepting calls, lets in-flight ones finish until ctx
 // ends, then closes the store.
@@ -498,7 +540,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
-	for _, s := range []*http.Server{a.httpServer, a.debugServer} {
+	for _, s := range []*http.Server{a.httpServer, a.debugServer, a.adminServer} {
 		if s == nil {
 			continue
 		}

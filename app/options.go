@@ -133,6 +133,18 @@ type Options struct {
 	// or a TLS client certificate naming the SAN (needs TLSClientCA). Both
 	// empty (the default): every caller may make them.
 	KVAdminTokenFile, KVAdminClientSAN string
+	// AdminAddr is the admin listener's address (inspect and reset a
+	// descriptor's counters, over HTTP and gRPC on one port); default ""
+	// (off; "off" too). An address without a host (":9091") binds
+	// 127.0.0.1, not every interface. On an address that is not loopback,
+	// AdminTokenFile or AdminClientSAN is required.
+	AdminAddr string
+	// AdminTokenFile and AdminClientSAN guard the admin listener as
+	// KVAdminTokenFile and KVAdminClientSAN guard key-value refunds: a
+	// bearer token read from the file, or a TLS client certificate naming
+	// the SAN (needs TLSClientCA). Both empty: every caller who reaches
+	// the admin address may use it.
+	AdminTokenFile, AdminClientSAN string
 	// KVRetryAfterJitter lengthens the retry_in of denied key-value
 	// answers, and so their Retry-After, by a random 0-3%, as Boulder does
 	// (server.KVOptions.RetryJitter).
@@ -421,6 +433,9 @@ flags:
 	fs.BoolVar(&o.KVRetryAfterJitter, "kv-retry-after-jitter", o.KVRetryAfterJitter, "add a random 0-3% to the retry_in and Retry-After of denied key-value answers, as Boulder does, so that denied callers do not all come back at once")
 	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
 	fs.StringVar(&o.KVAdminClientSAN, "kv-admin-client-san", o.KVAdminClientSAN, "a name a TLS client certificate must carry to make key-value refund and reset calls (needs --tls-client-ca)")
+	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listen address for inspecting and resetting descriptor counters, HTTP and gRPC on one port (empty or off: off); without a host (\":9091\") it binds 127.0.0.1 only, and any non-loopback address needs --admin-token-file or --admin-client-san")
+	fs.StringVar(&o.AdminTokenFile, "admin-token-file", o.AdminTokenFile, "file holding the bearer token every call to --admin-addr must carry")
+	fs.StringVar(&o.AdminClientSAN, "admin-client-san", o.AdminClientSAN, "a name a TLS client certificate must carry to call --admin-addr (needs --tls-client-ca)")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
 	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, in bytes")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
@@ -623,6 +638,7 @@ func (o *Options) Validate() error {
 			bad("kv-admin-token-file", "%v", err)
 		}
 	}
+	o.validateAdmin(bad)
 	for _, c := range [...]struct {
 		flag string
 		v    int

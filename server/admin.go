@@ -23,10 +23,21 @@ import (
 // ClientSAN is set, the call's TLS client certificate (mutual TLS) must
 // name it (a DNS name, an email address or a URI). With both set, either
 // one admits the call. Safe for concurrent use.
+//
+// The same credentials guard the admin listener (see Admin), with Refused
+// naming its flags.
 type AdminAuth struct {
 	Token     string
 	ClientSAN string
+	// Refused is the message of a call refused for want of credentials;
+	// empty: the key-value API's, which names --kv-admin-token-file and
+	// --kv-admin-client-san.
+	Refused string
 }
+
+// kvRefused is the message of a key-value refund or reset refused for
+// want of credentials.
+const kvRefused = "refund and reset need an administrator's credentials (--kv-admin-token-file or --kv-admin-client-san)"
 
 // on reports whether a guards anything.
 func (a AdminAuth) on() bool { return a.Token != "" || a.ClientSAN != "" }
@@ -52,7 +63,11 @@ func (a AdminAuth) allow(authorization string, certs []*x509.Certificate) error 
 			return nil
 		}
 	}
-	return &limiter.Error{Kind: limiter.Forbidden, Msg: "refund and reset need an administrator's credentials (--kv-admin-token-file or --kv-admin-client-san)"}
+	msg := a.Refused
+	if msg == "" {
+		msg = kvRefused
+	}
+	return &limiter.Error{Kind: limiter.Forbidden, Msg: msg}
 }
 
 // allowGRPC checks the credentials of a gRPC call.
