@@ -64,6 +64,13 @@ type counters struct {
 	Remaining      int64 `json:"remaining"`
 	ResetInSeconds int64 `json:"reset_in_seconds"`
 	Reset          bool  `json:"reset"`
+	Limits         []struct {
+		Rule           string `json:"rule"`
+		Key            string `json:"key"`
+		Count          int64  `json:"count"`
+		Remaining      int64  `json:"remaining"`
+		ResetInSeconds int64  `json:"reset_in_seconds"`
+	} `json:"limits"`
 }
 
 // adminCall makes an HTTP request with the bearer token tok (none when empty) and returns the status and body.
@@ -568,5 +575,54 @@ func TestAdminResetLiftsTheLocalOverLimitCache(t *testing.T) {
 	ta.resetHTTP(t, "adm", "window", "z")
 	if got := ta.ask(t, "adm", desc("window", "z")).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("the request after the reset: got %s, want OK (the reset must clear the local cache too)", got)
+	}
+}
+
+// A descriptor with several limits (rate_limits) shows each, and the
+// closest as the answer does; a reset empties them all.
+func TestAdminInspectsAndResetsSeveralLimits(t *testing.T) {
+	const cfg = `
+domain: adm
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: minute, requests_per_unit: 3}
+      - {unit: hour, requests_per_unit: 10, name: hourly}
+`
+	for _, be := range adminBackends() {
+		t.Run("on "+be.name, func(t *testing.T) {
+			ta := start(t, map[string]string{"adm.yaml": cfg}, func(o *app.Options) {
+				o.AdminAddr = "127.0.0.1:0"
+				be.setup(t, o)
+			})
+			for range 2 {
+				ta.ask(t, "adm", desc("user", "u"))
+			}
+			c := ta.inspect(t, "adm", "user", "u")
+			if c.Rule != "adm.user.minute" || c.Count != 2 || c.Remaining != 1 || len(c.Limits) != 2 {
+				t.Fatalf("inspect: got rule %q count %d remaining %d with %d limits, want the minute's (2 counted, 1 left) and 2 limits", c.Rule, c.Count, c.Remaining, len(c.Limits))
+			}
+			want := []struct {
+				rule, key        string
+				count, remaining int64
+			}{
+				{"adm.user.minute", "{adm_user_u_}minute_", 2, 1},
+				{"adm.user.hourly", "{adm_user_u_}hourly_", 2, 8},
+			}
+			for i, w := range want {
+				l := c.Limits[i]
+				if l.Rule != w.rule || l.Key != w.key || l.Count != w.count || l.Remaining != w.remaining {
+					t.Errorf("limit %d: got %+v, want rule %s key %s count %d remaining %d", i, l, w.rule, w.key, w.count, w.remaining)
+				}
+			}
+			g, err := adminGRPC(t, ta.AdminAddr()).Inspect(context.Background(), descriptorRequest("adm", "user", "u"))
+			if err != nil || len(g.GetLimits()) != 2 || g.GetLimits()[1].GetRule() != "adm.user.hourly" || g.GetLimits()[1].GetRemaining() != 8 || g.GetRule() != "adm.user.minute" {
+				t.Fatalf("gRPC Inspect: got %v, %v; want both limits, the minute's reported", g, err)
+			}
+			r := ta.resetHTTP(t, "adm", "user", "u")
+			if !r.Reset || len(r.Limits) != 2 || r.Limits[0].Count != 0 || r.Limits[1].Count != 0 || r.Limits[1].Remaining != 10 {
+				t.Fatalf("reset: got %+v, want both limits empty", r)
+			}
+		})
 	}
 }

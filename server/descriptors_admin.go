@@ -79,6 +79,16 @@ type counters struct {
 	key     string
 	d       limiter.Decision
 	reset   bool
+	// limits lists every limit of a descriptor with several (rate_limits);
+	// rule, key and d are then those of the closest one. nil otherwise.
+	limits []limitCounter
+}
+
+// limitCounter is one limit's counter.
+type limitCounter struct {
+	rule *descriptors.Rule
+	key  string
+	d    limiter.Decision
 }
 
 // counters reads (and first resets, when reset) the counter of domain's
@@ -103,27 +113,53 @@ func (d *Descriptors) counters(ctx context.Context, domain string, entries []des
 		c.status, c.rule = statusUnlimited, r
 		return c, nil
 	}
-	c.status, c.rule = statusLimited, r
+	c.status = statusLimited
+	for k := range r.Limits() {
+		l, err := d.counter(ctx, domain, entries, r.Limit(k), reset)
+		if err != nil {
+			return counters{}, err
+		}
+		if r.Group != nil {
+			c.limits = append(c.limits, l)
+		}
+		if k == 0 || closerCounter(l, limitCounter{c.rule, c.key, c.d}) {
+			c.rule, c.key, c.d = l.rule, l.key, l.d
+		}
+	}
+	c.reset = reset
+	return c, nil
+}
+
+// counter reads (and first resets, when reset) the counter of one limit r
+// of domain's descriptor entries.
+func (d *Descriptors) counter(ctx context.Context, domain string, entries []descriptors.Entry, r *descriptors.Rule, reset bool) (limitCounter, error) {
 	txn := limiter.ForRule(r, entries, 0)
-	c.key = txn.Key
 	if reset {
 		if _, err := d.opts.Limiter.Reset(ctx, txn); err != nil {
-			return counters{}, fmt.Errorf("reset %s: %w", txn.Key, err)
+			return limitCounter{}, fmt.Errorf("reset %s: %w", txn.Key, err)
 		}
-		c.reset = true
 		d.opts.Logger.Info("descriptor counter reset", "domain", domain, "entries", entriesText(entries), "rule", r.StatsKey, "key", txn.Key)
 	}
 	dec, err := d.opts.Limiter.Check(ctx, txn)
 	if err != nil {
-		return counters{}, fmt.Errorf("inspect %s: %w", txn.Key, err)
+		return limitCounter{}, fmt.Errorf("inspect %s: %w", txn.Key, err)
 	}
 	if r.Burst > 0 {
 		// A GCRA peek reports no count: the tokens in use are what is
 		// missing from a full bucket.
 		dec.Count = int64(r.Burst) - dec.Remaining
 	}
-	c.d = dec
-	return c, nil
+	return limitCounter{rule: r, key: txn.Key, d: dec}, nil
+}
+
+// closerCounter reports whether a is closer to its limit than b, as a rate
+// limit answer chooses among a descriptor's limits: less remaining, then
+// a longer reset.
+func closerCounter(a, b limitCounter) bool {
+	if a.d.Remaining != b.d.Remaining {
+		return a.d.Remaining < b.d.Remaining
+	}
+	return a.d.ResetIn > b.d.ResetIn
 }
 
 // entriesText is entries as "key=value, key2=value2" for a log line.
@@ -206,10 +242,19 @@ func countersProto(c counters) *sluicev1.Counters {
 	if c.status != statusLimited {
 		return out
 	}
-	l := ruleLimitJSON(r)
-	out.Limit = &sluicev1.RuleLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, UnitMultiplier: l.UnitMultiplier, Burst: l.Burst, Algorithm: l.Algorithm}
+	out.Limit = ruleLimitProto(r)
 	out.Count, out.Remaining, out.ResetInSeconds = c.d.Count, c.d.Remaining, limiter.ResetSeconds(c.d.ResetIn)
+	for _, l := range c.limits {
+		out.Limits = append(out.Limits, &sluicev1.LimitCounters{Rule: l.rule.StatsKey, Key: l.key, Limit: ruleLimitProto(l.rule),
+			Count: l.d.Count, Remaining: l.d.Remaining, ResetInSeconds: limiter.ResetSeconds(l.d.ResetIn), ShadowMode: l.rule.ShadowMode})
+	}
 	return out
+}
+
+// ruleLimitProto is r's rate_limit block for the gRPC API.
+func ruleLimitProto(r *descriptors.Rule) *sluicev1.RuleLimit {
+	l := ruleLimitJSON(r)
+	return &sluicev1.RuleLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, UnitMultiplier: l.UnitMultiplier, Burst: l.Burst, Algorithm: l.Algorithm}
 }
 
 // countersBody is counters as JSON.
@@ -225,6 +270,20 @@ type countersBody struct {
 	ResetInSeconds int64          `json:"reset_in_seconds"`
 	Reset          bool           `json:"reset"`
 	ShadowMode     bool           `json:"shadow_mode"`
+	// Limits lists every limit of a descriptor with several; the fields
+	// above are then the closest one's.
+	Limits []limitBody `json:"limits,omitempty"`
+}
+
+// limitBody is one limit's counter of a descriptor with several, as JSON.
+type limitBody struct {
+	Rule           string        `json:"rule"`
+	Key            string        `json:"key"`
+	Limit          ruleLimitBody `json:"limit"`
+	Count          int64         `json:"count"`
+	Remaining      int64         `json:"remaining"`
+	ResetInSeconds int64         `json:"reset_in_seconds"`
+	ShadowMode     bool          `json:"shadow_mode"`
 }
 
 type entryBody struct {
@@ -266,6 +325,10 @@ func countersJSON(c counters) countersBody {
 	l := ruleLimitJSON(c.rule)
 	out.Limit = &l
 	out.Count, out.Remaining, out.ResetInSeconds = c.d.Count, c.d.Remaining, limiter.ResetSeconds(c.d.ResetIn)
+	for _, l := range c.limits {
+		out.Limits = append(out.Limits, limitBody{Rule: l.rule.StatsKey, Key: l.key, Limit: ruleLimitJSON(l.rule),
+			Count: l.d.Count, Remaining: l.d.Remaining, ResetInSeconds: limiter.ResetSeconds(l.d.ResetIn), ShadowMode: l.rule.ShadowMode})
+	}
 	return out
 }
 

@@ -229,7 +229,12 @@ type Counters struct {
 	// True in the answer to Reset when a counter was reset.
 	WasReset bool `protobuf:"varint,10,opt,name=was_reset,json=wasReset,proto3" json:"was_reset,omitempty"`
 	// The rule's shadow_mode: over-limit answers still say OK.
-	ShadowMode    bool `protobuf:"varint,11,opt,name=shadow_mode,json=shadowMode,proto3" json:"shadow_mode,omitempty"`
+	ShadowMode bool `protobuf:"varint,11,opt,name=shadow_mode,json=shadowMode,proto3" json:"shadow_mode,omitempty"`
+	// For a descriptor with several limits (rate_limits), every limit's
+	// counter in file order; the fields above then describe the limit
+	// closest to its own (least remaining, then the longest reset), as a
+	// rate limit answer reports it. Empty for a descriptor with one limit.
+	Limits        []*LimitCounters `protobuf:"bytes,12,rep,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -341,6 +346,108 @@ func (x *Counters) GetShadowMode() bool {
 	return false
 }
 
+func (x *Counters) GetLimits() []*LimitCounters {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// LimitCounters is one limit's counter of a descriptor with several.
+type LimitCounters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit's stats key ("domain.key_value.day").
+	Rule string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The counter's key, as Counters.key.
+	Key            string     `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit          *RuleLimit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Count          int64      `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Remaining      int64      `protobuf:"varint,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	ResetInSeconds int64      `protobuf:"varint,6,opt,name=reset_in_seconds,json=resetInSeconds,proto3" json:"reset_in_seconds,omitempty"`
+	ShadowMode     bool       `protobuf:"varint,7,opt,name=shadow_mode,json=shadowMode,proto3" json:"shadow_mode,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LimitCounters) Reset() {
+	*x = LimitCounters{}
+	mi := &file_api_sluice_v1_descriptors_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitCounters) ProtoMessage() {}
+
+func (x *LimitCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_api_sluice_v1_descriptors_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitCounters.ProtoReflect.Descriptor instead.
+func (*LimitCounters) Descriptor() ([]byte, []int) {
+	return file_api_sluice_v1_descriptors_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LimitCounters) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *LimitCounters) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LimitCounters) GetLimit() *RuleLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *LimitCounters) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LimitCounters) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *LimitCounters) GetResetInSeconds() int64 {
+	if x != nil {
+		return x.ResetInSeconds
+	}
+	return 0
+}
+
+func (x *LimitCounters) GetShadowMode() bool {
+	if x != nil {
+		return x.ShadowMode
+	}
+	return false
+}
+
 // RuleLimit is a rule's rate_limit block.
 type RuleLimit struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -358,7 +465,7 @@ type RuleLimit struct {
 
 func (x *RuleLimit) Reset() {
 	*x = RuleLimit{}
-	mi := &file_api_sluice_v1_descriptors_proto_msgTypes[3]
+	mi := &file_api_sluice_v1_descriptors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +477,7 @@ func (x *RuleLimit) String() string {
 func (*RuleLimit) ProtoMessage() {}
 
 func (x *RuleLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_api_sluice_v1_descriptors_proto_msgTypes[3]
+	mi := &file_api_sluice_v1_descriptors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +490,7 @@ func (x *RuleLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleLimit.ProtoReflect.Descriptor instead.
 func (*RuleLimit) Descriptor() ([]byte, []int) {
-	return file_api_sluice_v1_descriptors_proto_rawDescGZIP(), []int{3}
+	return file_api_sluice_v1_descriptors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RuleLimit) GetRequestsPerUnit() uint32 {
@@ -431,7 +538,7 @@ const file_api_sluice_v1_descriptors_proto_rawDesc = "" +
 	"\aentries\x18\x02 \x03(\v2\x1a.sluice.v1.DescriptorEntryR\aentries\"9\n" +
 	"\x0fDescriptorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xf7\x03\n" +
 	"\bCounters\x122\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1a.sluice.v1.Counters.StatusR\x06status\x12\x16\n" +
 	"\x06domain\x18\x02 \x01(\tR\x06domain\x124\n" +
@@ -445,12 +552,22 @@ const file_api_sluice_v1_descriptors_proto_rawDesc = "" +
 	"\twas_reset\x18\n" +
 	" \x01(\bR\bwasReset\x12\x1f\n" +
 	"\vshadow_mode\x18\v \x01(\bR\n" +
-	"shadowMode\"I\n" +
+	"shadowMode\x120\n" +
+	"\x06limits\x18\f \x03(\v2\x18.sluice.v1.LimitCountersR\x06limits\"I\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aLIMITED\x10\x01\x12\v\n" +
 	"\aNO_RULE\x10\x02\x12\r\n" +
-	"\tUNLIMITED\x10\x03\"\xa8\x01\n" +
+	"\tUNLIMITED\x10\x03\"\xe0\x01\n" +
+	"\rLimitCounters\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12*\n" +
+	"\x05limit\x18\x03 \x01(\v2\x14.sluice.v1.RuleLimitR\x05limit\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12\x1c\n" +
+	"\tremaining\x18\x05 \x01(\x03R\tremaining\x12(\n" +
+	"\x10reset_in_seconds\x18\x06 \x01(\x03R\x0eresetInSeconds\x12\x1f\n" +
+	"\vshadow_mode\x18\a \x01(\bR\n" +
+	"shadowMode\"\xa8\x01\n" +
 	"\tRuleLimit\x12*\n" +
 	"\x11requests_per_unit\x18\x01 \x01(\rR\x0frequestsPerUnit\x12\x12\n" +
 	"\x04unit\x18\x02 \x01(\tR\x04unit\x12'\n" +
@@ -474,28 +591,31 @@ func file_api_sluice_v1_descriptors_proto_rawDescGZIP() []byte {
 }
 
 var file_api_sluice_v1_descriptors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_api_sluice_v1_descriptors_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_api_sluice_v1_descriptors_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_api_sluice_v1_descriptors_proto_goTypes = []any{
 	(Counters_Status)(0),      // 0: sluice.v1.Counters.Status
 	(*DescriptorRequest)(nil), // 1: sluice.v1.DescriptorRequest
 	(*DescriptorEntry)(nil),   // 2: sluice.v1.DescriptorEntry
 	(*Counters)(nil),          // 3: sluice.v1.Counters
-	(*RuleLimit)(nil),         // 4: sluice.v1.RuleLimit
+	(*LimitCounters)(nil),     // 4: sluice.v1.LimitCounters
+	(*RuleLimit)(nil),         // 5: sluice.v1.RuleLimit
 }
 var file_api_sluice_v1_descriptors_proto_depIdxs = []int32{
 	2, // 0: sluice.v1.DescriptorRequest.entries:type_name -> sluice.v1.DescriptorEntry
 	0, // 1: sluice.v1.Counters.status:type_name -> sluice.v1.Counters.Status
 	2, // 2: sluice.v1.Counters.entries:type_name -> sluice.v1.DescriptorEntry
-	4, // 3: sluice.v1.Counters.limit:type_name -> sluice.v1.RuleLimit
-	1, // 4: sluice.v1.Descriptors.Inspect:input_type -> sluice.v1.DescriptorRequest
-	1, // 5: sluice.v1.Descriptors.Reset:input_type -> sluice.v1.DescriptorRequest
-	3, // 6: sluice.v1.Descriptors.Inspect:output_type -> sluice.v1.Counters
-	3, // 7: sluice.v1.Descriptors.Reset:output_type -> sluice.v1.Counters
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 3: sluice.v1.Counters.limit:type_name -> sluice.v1.RuleLimit
+	4, // 4: sluice.v1.Counters.limits:type_name -> sluice.v1.LimitCounters
+	5, // 5: sluice.v1.LimitCounters.limit:type_name -> sluice.v1.RuleLimit
+	1, // 6: sluice.v1.Descriptors.Inspect:input_type -> sluice.v1.DescriptorRequest
+	1, // 7: sluice.v1.Descriptors.Reset:input_type -> sluice.v1.DescriptorRequest
+	3, // 8: sluice.v1.Descriptors.Inspect:output_type -> sluice.v1.Counters
+	3, // 9: sluice.v1.Descriptors.Reset:output_type -> sluice.v1.Counters
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_api_sluice_v1_descriptors_proto_init() }
@@ -509,7 +629,7 @@ func file_api_sluice_v1_descriptors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_sluice_v1_descriptors_proto_rawDesc), len(file_api_sluice_v1_descriptors_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
