@@ -55,6 +55,9 @@ type Overrides struct {
 	warned map[string]string          // key → the problem last logged for a stored override skipped
 
 	cur atomic.Pointer[layered] // the Set in force and what it was built from
+	// unsupported is the error of the store that keeps no overrides, once
+	// a call found out; nil until then.
+	unsupported atomic.Pointer[error]
 }
 
 // layered is a Set built from the files' Set and a runtime layer.
@@ -114,8 +117,14 @@ func (ov *Overrides) publish(rt map[string]limits.Override) {
 	ov.gauge.Set(float64(len(rt)))
 }
 
-// List returns the runtime overrides in force, sorted by key.
-func (ov *Overrides) List() []limits.Override { return ov.Limits().Runtime() }
+// List returns the runtime overrides in force, sorted by key, or the
+// Unsupported error of a store that keeps none.
+func (ov *Overrides) List() ([]limits.Override, error) {
+	if err := ov.unsupported.Load(); err != nil {
+		return nil, *err
+	}
+	return ov.Limits().Runtime(), nil
+}
 
 // key checks name and id as a runtime override's and returns its key, or
 // an Invalid error naming the field.
@@ -140,6 +149,9 @@ func invalidOverride(err error) error {
 
 // Get returns the runtime override of name and id, or a NotFound error.
 func (ov *Overrides) Get(name, id string) (limits.Override, error) {
+	if err := ov.unsupported.Load(); err != nil {
+		return limits.Override{}, *err
+	}
 	k, err := ov.key(name, id)
 	if err != nil {
 		return limits.Override{}, err
@@ -268,11 +280,16 @@ func sameOverride(a, b limits.Override) bool {
 	return a.Key == b.Key && a.ID == b.ID && a.Limit == b.Limit && a.Comment == b.Comment && a.Updated.Equal(b.Updated)
 }
 
-// storeError names the store kind in an Unsupported error.
+// storeError names the store kind in an Unsupported error, and
+// remembers it for List and Get.
 func (ov *Overrides) storeError(err error) error {
-	if limiter.KindOf(err) != limiter.Unsupported || ov.storeKind == "" {
+	if limiter.KindOf(err) != limiter.Unsupported {
 		return err
 	}
-	return &limiter.Error{Kind: limiter.Unsupported, Err: err,
-		Msg: fmt.Sprintf("runtime overrides need a store that keeps them (--store memory or redis); the %s store does not", ov.storeKind)}
+	if ov.storeKind != "" {
+		err = &limiter.Error{Kind: limiter.Unsupported, Err: err,
+			Msg: fmt.Sprintf("runtime overrides need a store that keeps them (--store memory or redis); the %s store does not", ov.storeKind)}
+	}
+	ov.unsupported.Store(&err)
+	return err
 }

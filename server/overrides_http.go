@@ -65,7 +65,10 @@ func (kv *KV) serveOverride(w http.ResponseWriter, r *http.Request) (string, int
 			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed on %s, use GET", r.Method, overridesPath)
 			return "", http.StatusMethodNotAllowed
 		}
-		list := kv.overrides.List()
+		list, err := kv.overrides.List()
+		if err != nil {
+			return fail(methodOverrideList, err)
+		}
 		out := overrideList{Overrides: make([]overrideJSON, len(list))}
 		for i, o := range list {
 			out.Overrides[i] = overrideToJSON(o)

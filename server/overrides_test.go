@@ -261,8 +261,8 @@ func TestRuntimeOverridesRefuseBadInput(t *testing.T) {
 			}
 		})
 	}
-	if n := len(s.ov.List()); n != 0 {
-		t.Errorf("got %d runtime overrides after bad calls, want 0", n)
+	if list, err := s.ov.List(); len(list) != 0 || err != nil {
+		t.Errorf("got %d runtime overrides, %v after bad calls, want none", len(list), err)
 	}
 }
 
@@ -281,6 +281,11 @@ func TestRuntimeOverridesOnAStoreWithoutThemAnswerNotImplemented(t *testing.T) {
 	if err := s.ov.Refresh(context.Background()); limiter.KindOf(err) != limiter.Unsupported {
 		t.Errorf("Refresh: got %v, want Unsupported", err)
 	}
+	for _, path := range []string{"/v1/overrides", "/v1/overrides/NewOrdersPerAccount/1"} {
+		if code, body := s.call(t, http.MethodGet, path, "s3cret", ""); code != http.StatusNotImplemented || !strings.Contains(body, want) {
+			t.Errorf("GET %s: got %d %s, want 501 with %q", path, code, body, want)
+		}
+	}
 }
 
 func TestRuntimeOverridesConvergeOnRefresh(t *testing.T) {
@@ -291,13 +296,13 @@ func TestRuntimeOverridesConvergeOnRefresh(t *testing.T) {
 	if code, body := a.call(t, http.MethodPut, "/v1/overrides/NewOrdersPerAccount/9", "s3cret", `{"burst": 1, "count": 1, "period": "1h"}`); code != http.StatusOK {
 		t.Fatalf("PUT on a: got %d %s", code, body)
 	}
-	if n := len(b.ov.List()); n != 0 {
-		t.Fatalf("b before its refresh: got %d runtime overrides, want 0", n)
+	if list, _ := b.ov.List(); len(list) != 0 {
+		t.Fatalf("b before its refresh: got %d runtime overrides, want 0", len(list))
 	}
 	if err := b.ov.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.ov.List(); len(got) != 1 || got[0].Key != "3:9" {
+	if got, _ := b.ov.List(); len(got) != 1 || got[0].Key != "3:9" {
 		t.Fatalf("b after its refresh: got %+v, want 3:9", got)
 	}
 	if code, _ := b.call(t, http.MethodDelete, "/v1/overrides/NewOrdersPerAccount/9", "s3cret", ""); code != http.StatusOK {
@@ -306,7 +311,7 @@ func TestRuntimeOverridesConvergeOnRefresh(t *testing.T) {
 	if err := a.ov.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(a.ov.List()); n != 0 {
-		t.Errorf("a after its refresh: got %d runtime overrides, want 0", n)
+	if list, _ := a.ov.List(); len(list) != 0 {
+		t.Errorf("a after its refresh: got %d runtime overrides, want 0", len(list))
 	}
 }
