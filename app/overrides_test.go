@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/store/fallback"
 	"github.com/sluice-rl/sluice/store/memcache/memcachetest"
+	"github.com/sluice-rl/sluice/store/redis"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
@@ -42,6 +45,12 @@ type rtApp struct {
 // "s3cret" (unless token is false); tweak may change the options.
 func startRT(t *testing.T, dir string, token bool, tweak func(*app.Options)) *rtApp {
 	t.Helper()
+	return startRTWith(t, dir, token, tweak, app.Deps{})
+}
+
+// startRTWith is startRT with deps (their Logger and Clock are set here).
+func startRTWith(t *testing.T, dir string, token bool, tweak func(*app.Options), deps app.Deps) *rtApp {
+	t.Helper()
 	o := app.Defaults()
 	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "off"
 	o.LogLevel = "error"
@@ -57,7 +66,11 @@ func startRT(t *testing.T, dir string, token bool, tweak func(*app.Options)) *rt
 	if tweak != nil {
 		tweak(&o)
 	}
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clock.NewFake(time.Unix(1_800_000_000, 0))})
+	if deps.Logger == nil {
+		deps.Logger = app.NewLogger(o, os.Stderr)
+	}
+	deps.Clock = clock.NewFake(time.Unix(1_800_000_000, 0))
+	a, err := app.New(o, deps)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
@@ -238,6 +251,55 @@ func TestRuntimeOverridesSurviveARestartOnRedis(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"comment":"kept"`) {
 		t.Errorf("GET after the restart: got %d %s, want the override", code, body)
 	}
+}
+
+// A store that does not answer at start: the service starts with the
+// files, logs a warning, and reads the overrides on a later refresh.
+func TestRuntimeOverridesAreReadOnceTheStoreComesBack(t *testing.T) {
+	srv := redistest.StartSingle(t, redistest.WithConfig("appendonly yes"))
+	srv.MustDo("HSET", "sluice_kv_overrides", "3:7",
+		`{"name":"NewOrdersPerAccount","id":"7","burst":8,"count":8,"period":"1h0m0s","updated":"2026-11-23T15:00:00Z"}`)
+	st, err := redis.New(context.Background(), redis.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := fallback.New(st, fallback.Allow, nil, fallback.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	var logs syncBuffer
+	ta := startRTWith(t, t.TempDir(), true, func(o *app.Options) {
+		o.Store, o.Redis.Addrs = "redis", []string{srv.Addr} // the store is fb
+		o.LogLevel = "warn"
+		o.KVOverridesRefresh = 50 * time.Millisecond
+	}, app.Deps{Store: fb, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if got := ta.limitOf(t, "7"); got != "2/2/1h0m0s default" {
+		t.Errorf("with Redis down: got %s, want the files' default", got)
+	}
+	if !strings.Contains(logs.String(), "key-value runtime overrides not read from the store") {
+		t.Errorf("got log %q, want a warning that the overrides were not read", logs.String())
+	}
+	srv.Restart()
+	eventually(t, "the stored override applies once Redis is back", func() bool { return ta.limitOf(t, "7") == "8/8/1h0m0s override" })
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for logs.
+type syncBuffer struct {
+	mu sync.Mutex // protects b
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestRuntimeOverridesConvergeAcrossServicesOnRedis(t *testing.T) {
