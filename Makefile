@@ -56,7 +56,7 @@ fmt:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
-# Regenerates the key-value API's Go code from api/sluice/v1/limits.proto
+# Regenerates the key-value API's Go code from api/sluice/v1/*.proto
 # with pinned plugins installed into ./bin (git-ignored). Needs protoc
 # (apt-get install protobuf-compiler); the committed code was made with
 # libprotoc 3.21.12.
@@ -69,4 +69,4 @@ proto:
 	  --plugin=protoc-gen-go-grpc=$(CURDIR)/bin/protoc-gen-go-grpc \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-	  api/sluice/v1/limits.proto
+	  api/sluice/v1/limits.proto api/sluice/v1/overrides.proto

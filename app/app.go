@@ -386,6 +386,7 @@ func (a *App) Start() error {
 	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer, Admin: admin, RetryJitter: a.opts.KVRetryAfterJitter,
 		Overrides: a.overrides})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
+	sluicev1.RegisterOverridesServer(a.grpcServer, kv.OverridesGRPC())
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/store/fallback"
 	"github.com/sluice-rl/sluice/store/memcache/memcachetest"
@@ -365,5 +366,25 @@ func TestKVOverridesRefreshIsAFlagAndAVariable(t *testing.T) {
 		case o.KVOverridesRefresh != tc.want:
 			t.Errorf("%v %v: got %s, want %s", tc.args, tc.env, o.KVOverridesRefresh, tc.want)
 		}
+	}
+}
+
+func TestRuntimeOverridesOverGRPC(t *testing.T) {
+	ta := startRT(t, t.TempDir(), true, nil)
+	c, err := client.Dial(ta.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	o := client.Override{Name: "NewOrdersPerAccount", ID: "7", Burst: 5, Count: 5, Period: time.Hour}
+	if _, err := c.PutOverride(ctx, o); !client.IsForbidden(err) {
+		t.Errorf("PutOverride without the token: got %v, want PermissionDenied", err)
+	}
+	if _, err := c.PutOverride(client.WithAdminToken(ctx, "s3cret"), o); err != nil {
+		t.Fatalf("PutOverride: %v", err)
+	}
+	if got := ta.limitOf(t, "7"); got != "5/5/1h0m0s override" {
+		t.Errorf("over HTTP after a gRPC PutOverride: got %s, want 5/5/1h0m0s override", got)
 	}
 }

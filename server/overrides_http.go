@@ -123,8 +123,7 @@ func (kv *KV) serveOverride(w http.ResponseWriter, r *http.Request) (string, int
 func (kv *KV) overrideCaller(r *http.Request) (string, error) {
 	g := kv.guard
 	if !g.on() {
-		return "", &limiter.Error{Kind: limiter.Forbidden,
-			Msg: "runtime overrides need an administrator's credentials and none are configured: set --kv-admin-token-file or --kv-admin-client-san"}
+		return "", errNoAdmin
 	}
 	if g.Token != "" && (AdminAuth{Token: g.Token}).allowHTTP(r) == nil {
 		return "token", nil
@@ -132,9 +131,17 @@ func (kv *KV) overrideCaller(r *http.Request) (string, error) {
 	if g.ClientSAN != "" && (AdminAuth{ClientSAN: g.ClientSAN}).allowHTTP(r) == nil {
 		return "client certificate " + g.ClientSAN, nil
 	}
-	return "", &limiter.Error{Kind: limiter.Forbidden,
-		Msg: "runtime overrides need an administrator's credentials: the bearer token of --kv-admin-token-file or a client certificate naming --kv-admin-client-san"}
+	return "", errNotAdmin
 }
+
+// The errors for a caller of the overrides API without the
+// administrator's credentials.
+var (
+	errNoAdmin = &limiter.Error{Kind: limiter.Forbidden,
+		Msg: "runtime overrides need an administrator's credentials and none are configured: set --kv-admin-token-file or --kv-admin-client-san"}
+	errNotAdmin = &limiter.Error{Kind: limiter.Forbidden,
+		Msg: "runtime overrides need an administrator's credentials: the bearer token of --kv-admin-token-file or a client certificate naming --kv-admin-client-san"}
+)
 
 // writeJSON answers 200 with v as JSON and returns the status.
 func writeJSON(w http.ResponseWriter, v any) int {
