@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // RuntimeFile labels the errors of a runtime override, where a file's
@@ -30,8 +31,8 @@ type RuntimeSpec struct {
 }
 
 // RuntimeError is the error of a runtime override that Set.RuntimeOverride
-// refuses: the field the first problem is about (name, id, burst, count or
-// period; empty when none of them) and every problem, each a *Error labelled
+// refuses: the field the first problem is about (name, id, burst, count,
+// period or comment; empty when none of them) and every problem, each a *Error labelled
 // RuntimeFile. Errors.Is and errors.As look at each problem, so
 // errors.Is(err, ErrInvalidLimit) holds for a bad burst.
 type RuntimeError struct {
@@ -75,6 +76,9 @@ func (s *Set) RuntimeOverride(spec RuntimeSpec) (Override, error) {
 		}
 		return fail("name", &Error{Name: spec.Name, ID: spec.ID, Reason: reason, Err: ErrUnknownName})
 	}
+	if !utf8.ValidString(spec.Comment) {
+		return fail("comment", &Error{Name: spec.Name, ID: spec.ID, Reason: fmt.Sprintf("invalid comment %s for %s: not UTF-8", Quote(spec.Comment), spec.Name), Err: ErrSyntax})
+	}
 	// Build the override as a one-entry file in the list form (JSON is
 	// YAML), so that it meets exactly the file's rules and messages.
 	entry := map[string]any{}
@@ -114,7 +118,8 @@ func (s *Set) RuntimeOverride(spec RuntimeSpec) (Override, error) {
 }
 
 // fieldOf names the field of a runtime override the first of errs is
-// about: name, id, burst, count, period, or "" when it is none of them.
+// about: name, id, burst, count, period, or "" when it is none of them
+// (RuntimeOverride names the comment itself).
 func fieldOf(errs ErrorList) string {
 	if len(errs) == 0 {
 		return ""

@@ -167,6 +167,9 @@ func TestRuntimeOverrideIsValidatedAsTheFileIs(t *testing.T) {
 		{desc: "a missing burst is refused naming it",
 			spec: RuntimeSpec{Name: NewOrdersPerAccount, ID: "1", Count: new(int64(1)), Period: "1s"}, wantField: "burst", wantErr: ErrSyntax,
 			wantMsg: "runtime override: missing burst for NewOrdersPerAccount"},
+		{desc: "a comment that is not UTF-8 is refused naming it",
+			spec: RuntimeSpec{Name: NewOrdersPerAccount, ID: "1", Burst: new(int64(1)), Count: new(int64(1)), Period: "1s", Comment: "\xff"}, wantField: "comment", wantErr: ErrSyntax,
+			wantMsg: `runtime override: invalid comment "\xff" for NewOrdersPerAccount: not UTF-8`},
 		{desc: "a bucket that would take centuries to fill is refused",
 			spec: spec(NewOrdersPerAccount, "1", 1<<40, 1, "8760h"), wantField: "burst", wantErr: ErrInvalidLimit,
 			wantMsg: "runtime override: invalid burst 1099511627776 for NewOrdersPerAccount with count 1 and period 8760h0m0s"},
@@ -208,6 +211,40 @@ func TestRuntimeOverrideIsValidatedAsTheFileIs(t *testing.T) {
 		}
 		if _, err := s.RuntimeKey(NewOrdersPerAccount, "x"); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("got %v, want ErrInvalidID", err)
+		}
+	})
+}
+
+// FuzzRuntimeOverride feeds the admin API's input to RuntimeOverride: it
+// never panics, and an override it accepts resolves as itself.
+func FuzzRuntimeOverride(f *testing.F) {
+	f.Add("NewOrdersPerAccount", "12345678", int64(10), int64(10), "1h", "a comment")
+	f.Add("NewRegistrationsPerIPv6Range", "2001:db8::/48", int64(1), int64(1), "90s", "")
+	f.Add("CertificatesPerFQDNSet", "a.example.com,b.example.com", int64(0), int64(-1), "soon", "\"}]\n- x: {")
+	f.Add("FailedAuthorizationsPerDomainPerAccount", "42:www.example.com", int64(1<<62), int64(1), "8760h", "\u2028")
+	f.Add("NewOrdersPerAccount", "1", int64(1), int64(1), "1s", "\xff not UTF-8")
+	s, err := New(nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, name, id string, burst, count int64, period, comment string) {
+		o, err := s.RuntimeOverride(RuntimeSpec{Name: name, ID: id, Burst: &burst, Count: &count, Period: period, Comment: comment})
+		if err != nil {
+			var re *RuntimeError
+			if !errors.As(err, &re) || len(re.Errs) == 0 {
+				t.Fatalf("got %v, want a *RuntimeError with problems", err)
+			}
+			return
+		}
+		if o.Name.Text != name || o.ID != id || o.Comment != comment || o.Limit.Burst != burst || o.Limit.Count != count || !o.Runtime {
+			t.Fatalf("got %+v, want the spec back", o)
+		}
+		if k, err := s.RuntimeKey(name, id); err != nil || k != o.Key {
+			t.Fatalf("RuntimeKey: got %q, %v, want %q", k, err, o.Key)
+		}
+		got, ok := s.WithRuntime(map[string]Override{o.Key: o}).Override(o.Key)
+		if !ok || !got.Runtime || got.Limit != o.Limit {
+			t.Fatalf("Override(%q): got %+v, %v, want the runtime override", o.Key, got, ok)
 		}
 	})
 }
