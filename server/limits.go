@@ -51,9 +51,10 @@ type KVOptions struct {
 	// Rand returns a number in [0, 1) for the jitter; default
 	// math/rand/v2.Float64. Tests set it.
 	Rand func() float64
-	// Overrides, when set, serves the runtime overrides API over HTTP
-	// (/v1/overrides, always behind Admin's credentials); give its Limits
-	// as Limits too. Nil: no such API.
+	// Overrides, when set, serves the runtime overrides API, always behind
+	// Admin's credentials: over HTTP under /v1/overrides, and over gRPC
+	// through OverridesGRPC. Give its Limits as Limits too. Nil: no such
+	// API.
 	Overrides *Overrides
 }
 
