@@ -24,6 +24,9 @@ func (a *App) newOverrides() {
 		Limiter: a.limiter, Files: a.limits.Load, Clock: a.clock, Logger: a.log, StoreKind: a.opts.Store, Registerer: a.registry,
 	})
 	a.overridesState = a.refreshOverrides(context.Background())
+	if a.opts.KVAdminTokenFile == "" && a.opts.KVAdminClientSAN == "" {
+		a.log.Info("key-value runtime overrides API closed: every call is refused until --kv-admin-token-file or --kv-admin-client-san is set")
+	}
 }
 
 // overridesState is the outcome of a read of the runtime overrides.
