@@ -212,6 +212,10 @@ func (ov *Overrides) Delete(ctx context.Context, name, id, who string) (limits.O
 	}
 	ov.mu.Lock()
 	defer ov.mu.Unlock()
+	var removedDoc []limiter.StoredOverride // what the store had, when this service did not
+	if _, had := ov.rt[k]; !had {
+		removedDoc, _ = ov.limiter.Overrides(ctx) // for the answer only; the delete decides
+	}
 	removed, err := ov.limiter.DeleteOverride(ctx, k)
 	if err != nil {
 		return limits.Override{}, ov.storeError(err)
@@ -226,11 +230,26 @@ func (ov *Overrides) Delete(ctx context.Context, name, id, who string) (limits.O
 		return limits.Override{}, ov.notFound(name, id, k)
 	}
 	if !had { // set by another service, not yet refreshed here
-		o = limits.Override{Key: k, ID: id}
-		o.Name, _ = limits.ParseName(name)
+		o = ov.stored(removedDoc, k, name, id)
 	}
 	ov.log.Info("key-value runtime override removed", "by", who, "name", name, "id", id, "key", k)
 	return o, nil
+}
+
+// stored returns the override of key among docs, or, when it is not there
+// or no longer valid, one with just its name, id and key.
+func (ov *Overrides) stored(docs []limiter.StoredOverride, key, name, id string) limits.Override {
+	for _, d := range docs {
+		if d.Key != key || d.Err != nil {
+			continue
+		}
+		if o, err := ov.files().RuntimeOverride(d.Spec); err == nil {
+			return o
+		}
+	}
+	o := limits.Override{Key: key, ID: id, Runtime: true}
+	o.Name, _ = limits.ParseName(name)
+	return o
 }
 
 // Refresh reads every runtime override from the store and puts them in

@@ -305,6 +305,12 @@ func TestRuntimeOverridesConvergeOnRefresh(t *testing.T) {
 	if got, _ := b.ov.List(); len(got) != 1 || got[0].Key != "3:9" {
 		t.Fatalf("b after its refresh: got %+v, want 3:9", got)
 	}
+	if code, body := a.call(t, http.MethodPut, "/v1/overrides/NewOrdersPerAccount/10", "s3cret", `{"burst": 2, "count": 2, "period": "1h"}`); code != http.StatusOK {
+		t.Fatalf("PUT on a: got %d %s", code, body)
+	}
+	if code, body := b.call(t, http.MethodDelete, "/v1/overrides/NewOrdersPerAccount/10", "s3cret", ""); code != http.StatusOK || !strings.Contains(body, `"burst":2,"count":2,"period":"1h0m0s"`) {
+		t.Errorf("DELETE on b of an override b has not read yet: got %d %s, want 200 with the override as stored", code, body)
+	}
 	if code, _ := b.call(t, http.MethodDelete, "/v1/overrides/NewOrdersPerAccount/9", "s3cret", ""); code != http.StatusOK {
 		t.Fatalf("DELETE on b: got %d", code)
 	}
