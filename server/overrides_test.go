@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,12 @@ type overridesServer struct {
 
 func startOverrides(t *testing.T, st store.Store, token, storeKind string) *overridesServer {
 	t.Helper()
+	return startOverridesLogging(t, st, token, storeKind, slog.New(slog.DiscardHandler))
+}
+
+// startOverridesLogging is startOverrides logging to log.
+func startOverridesLogging(t *testing.T, st store.Store, token, storeKind string, log *slog.Logger) *overridesServer {
+	t.Helper()
 	d, err := limits.ParseDefaults("defaults.yaml", []byte(overridesDefaults))
 	if err != nil {
 		t.Fatal(err)
@@ -57,9 +64,9 @@ func startOverrides(t *testing.T, st store.Store, token, storeKind string) *over
 	clk := clock.NewFake(time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC))
 	lim := limiter.New(st, clk)
 	ov := server.NewOverrides(server.OverridesOptions{Limiter: lim, Files: func() *limits.Set { return files }, Clock: clk, StoreKind: storeKind,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: log})
 	kv := server.NewKV(server.KVOptions{Limiter: lim, Clock: clk, Limits: ov.Limits, Overrides: ov, Admin: server.AdminAuth{Token: token},
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: log})
 	srv := httptest.NewServer(server.KVHTTPHandler(kv))
 	t.Cleanup(srv.Close)
 	return &overridesServer{url: srv.URL, ov: ov}
@@ -321,3 +328,35 @@ func TestRuntimeOverridesConvergeOnRefresh(t *testing.T) {
 		t.Errorf("a after its refresh: got %d runtime overrides, want 0", len(list))
 	}
 }
+
+func TestRuntimeOverrideChangesAreLoggedWithWhoAndWhat(t *testing.T) {
+	t.Parallel()
+	var buf strings.Builder // written by the handler goroutines one call at a time
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	s := startOverridesLogging(t, memory.New(memory.Options{}), "s3cret", "memory", log)
+	s.call(t, http.MethodPut, "/v1/overrides/NewOrdersPerAccount/7", "s3cret", `{"burst": 10, "count": 10, "period": "1h", "comment": "ticket 42"}`)
+	s.call(t, http.MethodDelete, "/v1/overrides/NewOrdersPerAccount/7", "s3cret", "")
+	s.call(t, http.MethodPut, "/v1/overrides/NewOrdersPerAccount/7", "guess", `{"burst": 10, "count": 10, "period": "1h"}`)
+	mu.Lock()
+	got := buf.String()
+	mu.Unlock()
+	for _, want := range []string{
+		`level=INFO msg="key-value runtime override set" by=token name=NewOrdersPerAccount id=7 key=3:7 burst=10 count=10 period=1h0m0s comment="ticket 42"`,
+		`level=INFO msg="key-value runtime override removed" by=token name=NewOrdersPerAccount id=7 key=3:7`,
+		`level=WARN msg="key-value runtime override call refused" method=PUT path=/v1/overrides/NewOrdersPerAccount/7`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("got log\n%s\nwant a line with %s", got, want)
+		}
+	}
+}
+
+// writerFunc is an io.Writer that calls itself.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
