@@ -56,8 +56,8 @@ fmt:
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
-# Regenerates the Go code of api/sluice/v1/*.proto (the key-value API and
-# the descriptor counters admin API)
+# Regenerates the Go code of api/sluice/v1/*.proto (the key-value API,
+# its runtime overrides and the descriptor counters admin API)
 # with pinned plugins installed into ./bin (git-ignored). Needs protoc
 # (apt-get install protobuf-compiler); the committed code was made with
 # libprotoc 3.21.12.
@@ -70,4 +70,4 @@ proto:
 	  --plugin=protoc-gen-go-grpc=$(CURDIR)/bin/protoc-gen-go-grpc \
 	  --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-	  api/sluice/v1/limits.proto api/sluice/v1/descriptors.proto
+	  api/sluice/v1/limits.proto api/sluice/v1/descriptors.proto api/sluice/v1/overrides.proto

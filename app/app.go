@@ -57,7 +57,11 @@ type App struct {
 	lastReload   *prometheus.GaugeVec
 	limitsLoaded *prometheus.GaugeVec
 
-	limits atomic.Pointer[limits.Set]
+	limits atomic.Pointer[limits.Set] // from the files
+
+	overrides      *server.Overrides // runtime overrides, over limits; see overrides.go
+	overridesState overridesState    // of the first read, in New
+	stopOverrides  func()            // stops the refresh; nil before Start
 
 	configStatus configStatus // the descriptor config's last load, for the dashboard
 
@@ -210,6 +214,7 @@ func New(o Options, deps Deps) (*App, error) {
 		a.stopTracing(context.Background())
 		return nil, err
 	}
+	a.newOverrides()
 	return a, nil
 }
 
@@ -391,8 +396,10 @@ func (a *App) Start() error {
 	if err != nil {
 		return err
 	}
-	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer, Admin: admin, RetryJitter: a.opts.KVRetryAfterJitter})
+	kv := server.NewKV(server.KVOptions{Limiter: a.limiter, Clock: a.clock, Limits: a.Limits, Registerer: a.registry, Logger: a.log, Tracer: a.tracer, Admin: admin, RetryJitter: a.opts.KVRetryAfterJitter,
+		Overrides: a.overrides})
 	sluicev1.RegisterLimitsServer(a.grpcServer, kv)
+	sluicev1.RegisterOverridesServer(a.grpcServer, kv.OverridesGRPC())
 	healthpb.RegisterHealthServer(a.grpcServer, healthService{Server: a.health, a: a})
 	a.setHealth(a.Ready(context.Background()) == nil)
 
@@ -462,6 +469,7 @@ func (a *App) Start() error {
 			go func() { _ = a.adminServer.Serve(a.adminLn) }()
 		}
 	}
+	a.stopOverrides = a.startOverrides()
 	stop, err := a.watch()
 	if err != nil {
 		a.log.Warn("config files will not be watched; reload with SIGHUP", "err", err)
@@ -512,6 +520,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	if a.stopXDS != nil {
 		a.stopXDS()
+	}
+	if a.stopOverrides != nil {
+		a.stopOverrides()
 	}
 	if a.health != nil {
 		a.health.Shutdown()

@@ -9,9 +9,14 @@ import (
 	"github.com/sluice-rl/sluice/limits"
 )
 
-// Limits returns the key-value limits in force, or nil when none are
-// configured.
-func (a *App) Limits() *limits.Set { return a.limits.Load() }
+// Limits returns the key-value limits in force: the files' (nil when none
+// are configured) with the overrides set at runtime over them.
+func (a *App) Limits() *limits.Set {
+	if a.overrides == nil {
+		return a.limits.Load()
+	}
+	return a.overrides.Limits()
+}
 
 // loadLimits (re)loads the key-value defaults and overrides files and swaps
 // the new set in when valid. A file that is empty while the running set has

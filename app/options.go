@@ -149,6 +149,12 @@ type Options struct {
 	// answers, and so their Retry-After, by a random 0-3%, as Boulder does
 	// (server.KVOptions.RetryJitter).
 	KVRetryAfterJitter bool
+	// KVOverridesRefresh is how often the key-value overrides set at
+	// runtime are read again from the store, so that the services sharing
+	// it converge. Default 10s; 0 reads them only at start and after this
+	// service's own changes (and retries every 10s while the first read
+	// fails). Must be >= 0.
+	KVOverridesRefresh time.Duration
 
 	// TLS for the gRPC and HTTP listeners: certificate and key files, and an
 	// optional client CA file that turns on mutual TLS. Certificates are
@@ -330,6 +336,8 @@ func Defaults() Options {
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
 
+		KVOverridesRefresh: 10 * time.Second,
+
 		RequestLimits:           true,
 		NegativeHits:            true,
 		MaxDescriptors:          1000,
@@ -431,6 +439,7 @@ flags:
 	fs.BoolVar(&o.RetryAfterHeader, "retry-after-header", o.RetryAfterHeader, "add retry-after (seconds until the first over-limit descriptor frees) to OVER_LIMIT answers' response headers")
 	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
 	fs.BoolVar(&o.KVRetryAfterJitter, "kv-retry-after-jitter", o.KVRetryAfterJitter, "add a random 0-3% to the retry_in and Retry-After of denied key-value answers, as Boulder does, so that denied callers do not all come back at once")
+	durationVar(fs, &o.KVOverridesRefresh, "kv-overrides-refresh", o.KVOverridesRefresh, "how often to read the key-value overrides set at runtime from the store again, so that services sharing it agree; 0: only at start and after this service's changes")
 	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
 	fs.StringVar(&o.KVAdminClientSAN, "kv-admin-client-san", o.KVAdminClientSAN, "a name a TLS client certificate must carry to make key-value refund and reset calls (needs --tls-client-ca)")
 	fs.StringVar(&o.AdminAddr, "admin-addr", o.AdminAddr, "admin listen address for inspecting and resetting descriptor counters, HTTP and gRPC on one port (empty or off: off); without a host (\":9091\") it binds 127.0.0.1 only, and any non-loopback address needs --admin-token-file or --admin-client-san")
@@ -630,6 +639,9 @@ func (o *Options) Validate() error {
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	if o.KVOverridesRefresh < 0 {
+		bad("kv-overrides-refresh", "%s is negative, want 0 (no refresh) or more", o.KVOverridesRefresh)
+	}
 	if o.KVAdminClientSAN != "" && o.TLSClientCA == "" {
 		bad("kv-admin-client-san", "needs --tls-client-ca: client certificates are only asked for with mutual TLS")
 	}

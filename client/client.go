@@ -33,8 +33,9 @@ import (
 // Client calls a Sluice server's key-value limits API. Create it with Dial
 // or New. It is safe for concurrent use.
 type Client struct {
-	api  sluicev1.LimitsClient
-	conn *grpc.ClientConn // nil when made by New
+	api       sluicev1.LimitsClient
+	overrides sluicev1.OverridesClient // see overrides.go
+	conn      *grpc.ClientConn         // nil when made by New
 }
 
 // Dial returns a Client for the gRPC server at addr ("host:port"). The
@@ -48,13 +49,13 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial sluice %s: %w", addr, err)
 	}
-	return &Client{api: sluicev1.NewLimitsClient(conn), conn: conn}, nil
+	return &Client{api: sluicev1.NewLimitsClient(conn), overrides: sluicev1.NewOverridesClient(conn), conn: conn}, nil
 }
 
 // New returns a Client over an existing connection, which the caller keeps
 // and closes.
 func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{api: sluicev1.NewLimitsClient(conn)}
+	return &Client{api: sluicev1.NewLimitsClient(conn), overrides: sluicev1.NewOverridesClient(conn)}
 }
 
 // Close closes the connection made by Dial; for a Client made by New it

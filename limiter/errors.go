@@ -27,6 +27,13 @@ const (
 	// Forbidden is a caller not allowed to make the call: gRPC
 	// PermissionDenied, HTTP 403.
 	Forbidden
+	// NotFound is a call about something that does not exist, such as a
+	// runtime override never set: gRPC NotFound, HTTP 404.
+	NotFound
+	// Unsupported is a call the service cannot make with its
+	// configuration, such as runtime overrides on a store that cannot keep
+	// them: gRPC Unimplemented, HTTP 501.
+	Unsupported
 )
 
 // String names the class.
@@ -40,6 +47,10 @@ func (c Class) String() string {
 		return "canceled"
 	case Forbidden:
 		return "forbidden"
+	case NotFound:
+		return "not found"
+	case Unsupported:
+		return "unsupported"
 	}
 	return "internal"
 }
@@ -99,7 +110,8 @@ func At(err error, list, item string, i int) error {
 
 // KindOf classifies err for a front door: an *Error's own kind; a
 // cancelled caller is Canceled; an expired deadline or an unavailable
-// store is Unavailable; anything else is Internal.
+// store is Unavailable; a store without runtime overrides is Unsupported;
+// anything else is Internal.
 func KindOf(err error) Class {
 	var e *Error
 	switch {
@@ -109,6 +121,8 @@ func KindOf(err error) Class {
 		return Canceled
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrUnavailable):
 		return Unavailable
+	case errors.Is(err, store.ErrUnsupported):
+		return Unsupported
 	}
 	return Internal
 }

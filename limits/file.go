@@ -61,8 +61,13 @@ type Override struct {
 	Key     string // the bucket key it applies to, such as "3:12345678"
 	Limit   gcra.Limit
 	Comment string // the id's comment, if any
-	File    string // the file it came from
+	File    string // the file it came from; empty for a runtime override
 	Line    int    // the line of its id (the map form: of its key)
+	// Runtime is true for an override set at runtime through the admin
+	// API (see Set.RuntimeOverride), false for one from a file.
+	Runtime bool
+	// Updated is when a runtime override was last set; zero for a file's.
+	Updated time.Time
 }
 
 // All returns the overrides in file order. The caller may modify the

@@ -15,6 +15,7 @@ import (
 type Set struct {
 	names     map[string]*entry    // built-in names and every name in the files
 	overrides map[string]*Override // by bucket key, interned at load
+	runtime   map[string]*Override // set at runtime, by key; see WithRuntime
 	ndefaults int
 	warnings  ErrorList // from the overrides
 }
@@ -50,6 +51,9 @@ type Bucket struct {
 	OverrideKey string
 	// Comment is the override's comment, if any.
 	Comment string
+	// Runtime is true when the override was set at runtime through the
+	// admin API rather than written in the overrides file.
+	Runtime bool
 }
 
 // New combines defaults and overrides, either of which may be nil, into a
@@ -154,7 +158,8 @@ func MaxIDBytes(f Format) int {
 // Resolve returns the bucket for the natural id of the limit name (see
 // BucketKey) and the limit that applies to it: an override for the bucket,
 // else (for the regId:… formats) an override for the account, else the
-// name's default, else none, and then the bucket is not Enabled. An unknown
+// name's default, else none, and then the bucket is not Enabled. For each
+// key a runtime override (see WithRuntime) comes before the file's. An unknown
 // name is an error wrapping ErrUnknownName; a malformed id, or one longer
 // than MaxIDBytes, is an *IDError wrapping ErrInvalidID.
 func (s *Set) Resolve(name, id string) (Bucket, error) {
@@ -180,13 +185,13 @@ func (s *Set) Resolve(name, id string) (Bucket, error) {
 	}
 	b := Bucket{Key: string(dst), Name: e.name}
 	if s != nil {
-		o, ok := s.overrides[b.Key]
+		o, ok := s.lookup(b.Key)
 		if !ok && acct >= 0 {
-			o, ok = s.overrides[b.Key[:acct]]
+			o, ok = s.lookup(b.Key[:acct])
 		}
 		if ok {
 			b.Limit, b.Enabled, b.Override = o.Limit, true, true
-			b.OverrideKey, b.Comment = o.Key, o.Comment
+			b.OverrideKey, b.Comment, b.Runtime = o.Key, o.Comment, o.Runtime
 			return b, nil
 		}
 	}
@@ -219,12 +224,13 @@ func (s *Set) Names() []Name {
 }
 
 // Override returns the override with bucket key key (a Bucket's
-// OverrideKey), with the file and line it came from.
+// OverrideKey) that Resolve applies: the runtime one if there is one,
+// else the file's, with the file and line it came from.
 func (s *Set) Override(key string) (Override, bool) {
 	if s == nil {
 		return Override{}, false
 	}
-	o, ok := s.overrides[key]
+	o, ok := s.lookup(key)
 	if !ok {
 		return Override{}, false
 	}
@@ -255,7 +261,8 @@ func (s *Set) Default(name string) (gcra.Limit, bool) {
 	return gcra.Limit{}, false
 }
 
-// Len returns the number of defaults and of overrides in the Set.
+// Len returns the number of defaults and of overrides in the Set's files;
+// runtime overrides are not counted (see Runtime).
 func (s *Set) Len() (defaults, overrides int) {
 	if s == nil {
 		return 0, 0

@@ -42,6 +42,8 @@ var (
 		limiter.Unavailable: codes.Unavailable,
 		limiter.Canceled:    codes.Canceled,
 		limiter.Forbidden:   codes.PermissionDenied,
+		limiter.NotFound:    codes.NotFound,
+		limiter.Unsupported: codes.Unimplemented,
 	}
 	httpStatuses = [...]int{
 		limiter.Internal:    http.StatusInternalServerError,
@@ -49,6 +51,8 @@ var (
 		limiter.Unavailable: http.StatusServiceUnavailable,
 		limiter.Canceled:    499, // the client went away
 		limiter.Forbidden:   http.StatusForbidden,
+		limiter.NotFound:    http.StatusNotFound,
+		limiter.Unsupported: http.StatusNotImplemented,
 	}
 )
 

@@ -51,6 +51,11 @@ type KVOptions struct {
 	// Rand returns a number in [0, 1) for the jitter; default
 	// math/rand/v2.Float64. Tests set it.
 	Rand func() float64
+	// Overrides, when set, serves the runtime overrides API, always behind
+	// Admin's credentials: over HTTP under /v1/overrides, and over gRPC
+	// through OverridesGRPC. Give its Limits as Limits too. Nil: no such
+	// API.
+	Overrides *Overrides
 }
 
 // KV serves the key-value limits API, sluice.v1.Limits, over gRPC; wrap it
@@ -67,6 +72,8 @@ type KV struct {
 	tracer  *tracing.Tracer
 	guard   AdminAuth
 	jitter  func() float64 // nil: no jitter
+	// overrides serves /v1/overrides; nil when off.
+	overrides *Overrides
 }
 
 var _ sluicev1.LimitsServer = (*KV)(nil)
@@ -85,7 +92,7 @@ func NewKV(o KVOptions) *KV {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	kv := &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer, guard: o.Admin}
+	kv := &KV{limiter: o.Limiter, clock: o.Clock, limits: o.Limits, log: o.Logger, metrics: newKVMetrics(o.Registerer), tracer: o.Tracer, guard: o.Admin, overrides: o.Overrides}
 	if o.RetryJitter {
 		kv.jitter = o.Rand
 		if kv.jitter == nil {
@@ -517,7 +524,7 @@ func newKVMetrics(reg prometheus.Registerer) *kvMetrics {
 		}, []string{"limit", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sluice", Subsystem: "kv", Name: "decision_duration_seconds",
-			Help:    "Time to answer a key-value API call. Label method: check, spend, refund, reset, batch, batch_refund, batch_reset.",
+			Help:    "Time to answer a key-value API call. Label method: check, spend, refund, reset, batch, batch_refund, batch_reset, override_list, override_get, override_put, override_delete.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"method"}),
 		labels: map[string]bool{},

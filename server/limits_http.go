@@ -30,6 +30,9 @@ import (
 //	POST /v1/batch/refund  {"transactions": [{"name": "...", "id": "...", "cost": 1}, ...]}
 //	POST /v1/batch/reset   {"transactions": [{"name": "...", "id": "..."}, ...]}
 //
+// With KVOptions.Overrides it also serves the runtime overrides under
+// /v1/overrides (see overridesHTTP).
+//
 // An absent (or null) cost means 1; "cost": 0 is a peek. A batch kind is
 // check_and_spend (the default), check_only or spend_only. Bodies are
 // strict JSON: one object, field names exactly as above, no unknown or
@@ -115,6 +118,14 @@ func KVHTTPHandler(kv *KV) http.Handler {
 	}
 	handle(methodBatchRefund, adminBatch(methodBatchRefund))
 	handle(methodBatchReset, adminBatch(methodBatchReset))
+	if kv.overrides != nil {
+		var h http.Handler = overridesHTTP(kv)
+		if kv.tracer != nil {
+			h = traceHTTP(kv.tracer, overridesPath, h)
+		}
+		mux.Handle(overridesPath, h)
+		mux.Handle(overridesPath+"/", h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint %s; use /v1/check, /v1/spend, /v1/refund, /v1/reset, /v1/batch, /v1/batch/refund or /v1/batch/reset", r.URL.Path)
 	})
@@ -191,7 +202,8 @@ type kvTransaction struct {
 }
 
 // kvFields are the field names a request body may use, exactly.
-var kvFields = map[string]bool{"name": true, "id": true, "cost": true, "kind": true, "transactions": true}
+var kvFields = map[string]bool{"name": true, "id": true, "cost": true, "kind": true, "transactions": true,
+	"burst": true, "count": true, "period": true, "comment": true} // the last four: PUT /v1/overrides/…
 
 // kvDecision is a decision as JSON.
 type kvDecision struct {

@@ -214,3 +214,30 @@ func Duplicate(ops []Op) (first, second int, ok bool) {
 	}
 	return 0, 0, false
 }
+
+// OverrideStore is an optional interface of a Store: it keeps the
+// key-value limit overrides set at runtime (package limits, RuntimeSpec)
+// beside the buckets, as opaque documents by override key, so that every
+// service sharing the store sees them and they outlive a restart where the
+// backend does. The documents are small (well under 1 KiB) and few (at
+// most thousands).
+//
+// Implementations MUST be safe for concurrent use and MUST NOT block longer
+// than ctx allows; errors from an unreachable backend wrap ErrUnavailable.
+// A wrapper store (fallback, split) implements it by passing the calls to
+// the store that holds the buckets, and answers ErrUnsupported when that
+// store does not implement it.
+type OverrideStore interface {
+	// Overrides returns every document, by key; none is an empty map and
+	// no error.
+	Overrides(ctx context.Context) (map[string][]byte, error)
+	// SaveOverride stores doc under key, replacing any document there.
+	SaveOverride(ctx context.Context, key string, doc []byte) error
+	// DeleteOverride removes the document under key and reports whether
+	// there was one.
+	DeleteOverride(ctx context.Context, key string) (bool, error)
+}
+
+// ErrUnsupported reports a store that does not keep runtime overrides (see
+// OverrideStore).
+var ErrUnsupported = errors.New("the store does not keep runtime overrides")

@@ -90,6 +90,8 @@ type Store struct {
 	shards []shard
 	mask   uint64
 	seed   maphash.Seed
+
+	docs overrideDocs // runtime overrides, see overrides.go
 }
 
 type shard struct {
