@@ -34,6 +34,11 @@ type decoder struct {
 	strings map[string]string // interned keys, values and domains
 	domain  string            // the domain of the line before
 	arena   []byte            // the current chunk of kept strings (see keep)
+
+	// The last time parsed: its text up to the seconds, and that second.
+	lastSecond    [19]byte
+	lastSecondAt  time.Time
+	lastSecondSet bool
 }
 
 // descSlot is one reused descriptor with the messages it may point to.
@@ -93,6 +98,9 @@ func (d *decoder) fail(format string, args ...any) error {
 
 // decode reads one line: the request and its time.
 func (d *decoder) decode(line []byte) (time.Time, *rlsv3.RateLimitRequest, error) {
+	if at, ok := d.decodeCommon(line); ok {
+		return at, &d.req, nil
+	}
 	d.b, d.i = line, 0
 	d.field = fieldPath{desc: -1, ent: -1}
 	d.req.Domain, d.req.Descriptors, d.req.HitsAddend = "", d.req.Descriptors[:0], 0
@@ -125,7 +133,7 @@ func (d *decoder) decode(line []byte) (time.Time, *rlsv3.RateLimitRequest, error
 			if err != nil {
 				return err
 			}
-			if at, err = parseTime(s); err != nil {
+			if at, err = d.time(s); err != nil {
 				return d.fail("%v", err)
 			}
 		case "domain":
@@ -571,14 +579,7 @@ func (d *decoder) str(prev string, intern bool) (string, error) {
 	if !intern {
 		return d.keep(b), nil
 	}
-	if s, ok := d.strings[string(b)]; ok {
-		return s, nil
-	}
-	s := string(b)
-	if len(d.strings) < maxInterned {
-		d.strings[s] = s
-	}
-	return s, nil
+	return d.intern(b), nil
 }
 
 // arenaChunk is the size of the arena's chunks; a longer string is
@@ -743,4 +744,158 @@ func (d *decoder) hex4() (rune, error) {
 	}
 	d.i += 4
 	return r, nil
+}
+
+// decodeCommon decodes a line of the common shape, the one
+// `sluice serve --request-log` writes: exactly
+//
+//	{"time":"…","domain":"…","descriptors":[{"entries":[{"key":"…","value":"…"},…]},…]}
+//
+// with no escapes, no spaces and nothing else. It reports false for any
+// other line, which decode then reads in full. It is decode's fast path:
+// a third of the time, for the same answer.
+func (d *decoder) decodeCommon(line []byte) (time.Time, bool) {
+	d.b, d.i = line, 0
+	d.req.Domain, d.req.Descriptors, d.req.HitsAddend = "", d.req.Descriptors[:0], 0
+	if !d.lit(`{"time":"`) {
+		return time.Time{}, false
+	}
+	ts, ok := d.plainString()
+	if !ok {
+		return time.Time{}, false
+	}
+	at, err := d.time(ts)
+	if err != nil || !d.lit(`,"domain":"`) {
+		return time.Time{}, false
+	}
+	dom, ok := d.plainString()
+	if !ok {
+		return time.Time{}, false
+	}
+	if string(dom) != d.domain {
+		d.domain = d.intern(dom)
+	}
+	d.req.Domain = d.domain
+	if !d.lit(`,"descriptors":[`) {
+		return time.Time{}, false
+	}
+	for k := 0; ; k++ {
+		if !d.lit(`{"entries":[`) {
+			return time.Time{}, false
+		}
+		for len(d.descs) <= k {
+			d.descs = append(d.descs, new(descSlot))
+		}
+		slot := d.descs[k]
+		ds := &slot.d
+		ds.Entries, ds.Limit, ds.HitsAddend, ds.IsNegativeHits = slot.entries[:0], nil, nil, false
+		d.req.Descriptors = append(d.req.Descriptors, ds)
+		for j := 0; ; j++ {
+			if !d.lit(`{"key":"`) {
+				return time.Time{}, false
+			}
+			key, ok := d.plainString()
+			if !ok || !d.lit(`,"value":"`) {
+				return time.Time{}, false
+			}
+			value, ok := d.plainString()
+			if !ok || !d.lit(`}`) {
+				return time.Time{}, false
+			}
+			if len(slot.entries) <= j {
+				slot.entries = append(slot.entries, new(rlcommon.RateLimitDescriptor_Entry))
+			}
+			e := slot.entries[j]
+			if string(key) != e.Key {
+				e.Key = d.intern(key)
+			}
+			if string(value) != e.Value {
+				e.Value = d.keep(value)
+			}
+			ds.Entries = append(ds.Entries, e)
+			if d.lit(`]`) {
+				break
+			}
+			if !d.lit(`,`) {
+				return time.Time{}, false
+			}
+		}
+		if !d.lit(`}`) {
+			return time.Time{}, false
+		}
+		if d.lit(`]`) {
+			break
+		}
+		if !d.lit(`,`) {
+			return time.Time{}, false
+		}
+	}
+	return at, d.lit(`}`) && d.i == len(d.b)
+}
+
+// lit consumes s if the line continues with it.
+func (d *decoder) lit(s string) bool {
+	if len(d.b)-d.i >= len(s) && string(d.b[d.i:d.i+len(s)]) == s {
+		d.i += len(s)
+		return true
+	}
+	return false
+}
+
+// plainString reads the rest of a string whose quote has been read and
+// its closing quote, if it has only printable ASCII and no escapes.
+func (d *decoder) plainString() ([]byte, bool) {
+	start := d.i
+	for d.i < len(d.b) && plain[d.b[d.i]] {
+		d.i++
+	}
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return nil, false
+	}
+	d.i++
+	return d.b[start : d.i-1], true
+}
+
+// intern returns b as a string, the same string for the same bytes while
+// the table has room.
+func (d *decoder) intern(b []byte) string {
+	if s, ok := d.strings[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(d.strings) < maxInterned {
+		d.strings[s] = s
+	}
+	return s
+}
+
+// time parses a line's time. Lines in the same second as the line before
+// (the most of a busy log) reuse its date and time of day and parse only
+// the fraction: a Z time with up to nine digits of fraction.
+func (d *decoder) time(b []byte) (time.Time, error) {
+	if d.lastSecondSet && len(b) >= 20 && len(b) <= 30 && b[len(b)-1] == 'Z' && string(b[:19]) == string(d.lastSecond[:]) {
+		frac := b[19 : len(b)-1]
+		if len(frac) == 0 {
+			return d.lastSecondAt, nil
+		}
+		if frac[0] == '.' && len(frac) > 1 {
+			ns := 0
+			for _, c := range frac[1:] {
+				if c < '0' || c > '9' {
+					return parseTime(b) // its error
+				}
+				ns = ns*10 + int(c-'0')
+			}
+			for k := len(frac) - 1; k < 9; k++ {
+				ns *= 10
+			}
+			return d.lastSecondAt.Add(time.Duration(ns)), nil
+		}
+	}
+	at, err := parseTime(b)
+	if err == nil && len(b) >= 20 && b[len(b)-1] == 'Z' {
+		copy(d.lastSecond[:], b[:19])
+		d.lastSecondAt, d.lastSecondSet = at.Truncate(time.Second), true
+	}
+	return at, err
 }

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
@@ -241,9 +240,9 @@ func (r *Replayer) line(ctx context.Context, line []byte) error {
 		r.sum.Backsteps++
 	}
 	r.clock.now = at
-	resp, err := r.rls.ShouldRateLimit(ctx, req)
+	resp, err := r.rls.Decide(ctx, req)
 	if err != nil {
-		return errors.New(status.Convert(err).Message())
+		return err
 	}
 	if r.sum.Lines == 0 {
 		r.sum.First, r.latest = at, at
