@@ -548,6 +548,9 @@ func (d *decoder) uint(limit uint64) (uint64, error) {
 	if d.i == start {
 		return 0, d.fail("want an unsigned integer")
 	}
+	if d.b[start] == '0' && d.i-start > 1 {
+		return 0, d.fail("want an unsigned integer without leading zeros")
+	}
 	if quoted {
 		if d.i >= len(d.b) || d.b[d.i] != '"' {
 			return 0, d.fail("want an unsigned integer")

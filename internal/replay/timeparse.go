@@ -11,8 +11,8 @@ var errTime = errors.New("time must be RFC 3339, such as 2026-11-23T15:04:05.25Z
 
 // parseTime parses an RFC 3339 time with optional fractional seconds (up
 // to nanoseconds), as time.Parse(time.RFC3339Nano, ...) does, without
-// allocating: YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM). The 'T' and
-// 'Z' may be lower case, as RFC 3339 allows.
+// allocating: YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM), with an
+// upper-case 'T' and 'Z' as time.Parse wants them.
 func parseTime(b []byte) (time.Time, error) {
 	bad := func() (time.Time, error) { return time.Time{}, fmt.Errorf("%w: got %q", errTime, b) }
 	if len(b) < len("2006-01-02T15:04:05Z") {
@@ -35,7 +35,7 @@ func parseTime(b []byte) (time.Time, error) {
 	minute, ok5 := num(14, 16)
 	sec, ok6 := num(17, 19)
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || b[4] != '-' || b[7] != '-' ||
-		(b[10] != 'T' && b[10] != 't') || b[13] != ':' || b[16] != ':' {
+		b[10] != 'T' || b[13] != ':' || b[16] != ':' {
 		return bad()
 	}
 	if month < 1 || month > 12 || day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
@@ -66,7 +66,7 @@ func parseTime(b []byte) (time.Time, error) {
 	}
 	offset := 0
 	switch b[i] {
-	case 'Z', 'z':
+	case 'Z':
 		i++
 	case '+', '-':
 		if len(b)-i != 6 || b[i+3] != ':' {
