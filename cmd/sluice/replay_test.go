@@ -238,3 +238,52 @@ descriptors:
 		t.Error("serve answered no over-limit call for edge.user: the test does not test it")
 	}
 }
+
+// TestReplayDocsExample runs the worked example of docs/replay.md: its
+// config, its log and each of its commands, whose output must be the one
+// the page shows.
+func TestReplayDocsExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/replay.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]string{} // fence info → blocks
+	var cur *strings.Builder
+	var info string
+	for _, line := range strings.SplitAfter(string(doc), "\n") {
+		switch {
+		case cur == nil && strings.HasPrefix(line, "```"):
+			info, cur = strings.TrimSpace(strings.TrimPrefix(line, "```")), &strings.Builder{}
+		case cur != nil && strings.TrimSpace(line) == "```":
+			blocks[info] = append(blocks[info], cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line)
+		}
+	}
+	var logText string
+	for _, b := range blocks[""] {
+		if strings.HasPrefix(b, `{"time"`) {
+			logText = b
+		}
+	}
+	if len(blocks["yaml"]) == 0 || logText == "" || len(blocks["console"]) < 4 {
+		t.Fatalf("docs/replay.md lost its example: %d yaml, log %q, %d console blocks", len(blocks["yaml"]), logText, len(blocks["console"]))
+	}
+	config := blocks["yaml"][0]
+	dir := t.TempDir()
+	writeFile(t, dir, "config/edge.yaml", config)
+	writeFile(t, dir, "looser/edge.yaml", strings.Replace(config, "requests_per_unit: 2", "requests_per_unit: 5", 1))
+	writeFile(t, dir, "requests.log", logText)
+	t.Chdir(dir)
+	for _, b := range blocks["console"] {
+		cmdLine, want, _ := strings.Cut(b, "\n")
+		args := strings.Fields(strings.TrimPrefix(cmdLine, "$ sluice "))
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := runCmd(args...)
+			if code != 0 || out != want {
+				t.Errorf("got exit %d, stdout\n%s\nstderr %s\nwant exit 0 and\n%s", code, out, errOut, want)
+			}
+		})
+	}
+}

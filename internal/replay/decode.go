@@ -30,6 +30,7 @@ type decoder struct {
 
 	field fieldPath // where the decoder is, for errors
 	buf   []byte    // an unescaped string
+	keyAt int       // where the member being read starts, for errors
 
 	strings map[string]string // interned keys, values and domains
 	domain  string            // the domain of the line before
@@ -94,6 +95,12 @@ func (d *decoder) fail(format string, args ...any) error {
 		msg = f + ": " + msg
 	}
 	return fmt.Errorf("%w: %s (column %d)", errSyntax, msg, d.i+1)
+}
+
+// unknown is the error for an unknown field, at its name.
+func (d *decoder) unknown(key []byte) error {
+	d.i = d.keyAt
+	return d.fail("unknown field %q", key)
 }
 
 // decode reads one line: the request and its time.
@@ -164,7 +171,7 @@ func (d *decoder) decode(line []byte) (time.Time, *rlsv3.RateLimitRequest, error
 			d.req.HitsAddend = uint32(n)
 		default:
 			d.field = fieldPath{desc: -1, ent: -1}
-			return d.fail("unknown field %q", key)
+			return d.unknown(key)
 		}
 		d.field = fieldPath{desc: -1, ent: -1}
 		return nil
@@ -286,7 +293,7 @@ func (d *decoder) descriptor(slot *descSlot) error {
 			}
 			ds.IsNegativeHits = v
 		default:
-			return d.fail("unknown field %q", key)
+			return d.unknown(key)
 		}
 		return nil
 	})
@@ -317,7 +324,7 @@ func (d *decoder) entry(e *rlcommon.RateLimitDescriptor_Entry) error {
 		case "value":
 			bit = 2
 		default:
-			return d.fail("unknown field %q", key)
+			return d.unknown(key)
 		}
 		d.field.inner = "key"
 		if bit == 2 {
@@ -363,7 +370,7 @@ func (d *decoder) limit(slot *descSlot) error {
 		case "unit_multiplier", "unitMultiplier":
 			bit, name = 4, "unit_multiplier"
 		default:
-			return d.fail("unknown field %q", key)
+			return d.unknown(key)
 		}
 		d.field.inner = name
 		if seen&bit != 0 {
@@ -421,6 +428,7 @@ func (d *decoder) members(f func(key []byte) error) error {
 	}
 	for {
 		d.ws()
+		d.keyAt = d.i
 		key, err := d.rawString()
 		if err != nil {
 			return err
