@@ -255,7 +255,6 @@ func (d *decoder) descriptor(slot *descSlot) error {
 				d.field.ent = -1
 				return nil
 			})
-			slot.entries = slot.entries[:max(len(slot.entries), len(ds.Entries))]
 			return err
 		case "limit":
 			d.field.sub = "limit"

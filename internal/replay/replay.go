@@ -182,17 +182,16 @@ func (r *Replayer) Replay(ctx context.Context, name string, in io.Reader) error 
 	var n int64
 	for {
 		line, err := br.ReadSlice('\n')
+		tooLong := false
 		if errors.Is(err, bufio.ErrBufferFull) {
 			long = append(long[:0], line...)
-			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= MaxLineBytes {
+			for errors.Is(err, bufio.ErrBufferFull) {
 				line, err = br.ReadSlice('\n')
-				long = append(long, line...)
+				if len(long) <= MaxLineBytes {
+					long = append(long, line...)
+				} // else read on to the line's end, keeping nothing
 			}
-			line = long
-			if len(long) > MaxLineBytes {
-				n++
-				return &LineError{File: name, Line: n, Err: fmt.Errorf("line longer than %d bytes", MaxLineBytes)}
-			}
+			line, tooLong = long, len(long) > MaxLineBytes
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("read %s: %w", name, err)
@@ -204,7 +203,13 @@ func (r *Replayer) Replay(ctx context.Context, name string, in io.Reader) error 
 					return err
 				}
 			}
-			if lerr := r.line(ctx, line); lerr != nil {
+			var lerr error
+			if tooLong {
+				lerr = fmt.Errorf("line longer than %d bytes", MaxLineBytes)
+			} else {
+				lerr = r.line(ctx, line)
+			}
+			if lerr != nil {
 				le := &LineError{File: name, Line: n, Err: lerr}
 				if !r.opts.SkipBad {
 					return le

@@ -236,16 +236,18 @@ func TestReplayBadLines(t *testing.T) {
 func TestReplaySkipBad(t *testing.T) {
 	log := line(0, "client", "a") + "not json\n" + line(time.Millisecond, "client", "a") +
 		`{"time":"2026-11-23T15:00:00.002Z","domain":"","descriptors":[{"entries":[{"key":"client","value":"a"}]}]}` + "\n"
+	log += `{"time":"2026-11-23T15:00:00.003Z","domain":"` + strings.Repeat("x", 2*replay.MaxLineBytes) + "\"}\n" + line(4*time.Millisecond, "client", "a")
 	var skipped []string
 	s := run(t, log, replay.Options{SkipBad: true, OnSkip: func(err error) { skipped = append(skipped, err.Error()) }})
-	if s.Lines != 2 || s.Skipped != 2 {
-		t.Errorf("got %d lines, %d skipped; want 2, 2", s.Lines, s.Skipped)
+	if s.Lines != 3 || s.Skipped != 3 {
+		t.Errorf("got %d lines, %d skipped; want 3, 3", s.Lines, s.Skipped)
 	}
-	if len(skipped) != 2 || !strings.HasPrefix(skipped[0], "test.log:2: ") || !strings.HasPrefix(skipped[1], "test.log:4: ") {
-		t.Errorf("got skipped %q, want lines 2 and 4", skipped)
+	if len(skipped) != 3 || !strings.HasPrefix(skipped[0], "test.log:2: ") || !strings.HasPrefix(skipped[1], "test.log:4: ") ||
+		!strings.HasPrefix(skipped[2], "test.log:5: line longer than") {
+		t.Errorf("got skipped %q, want lines 2, 4 and 5 (too long)", skipped)
 	}
-	if got := byRule(s)["edge.client"].Allowed; got != 2 {
-		t.Errorf("got %d allowed, want 2", got)
+	if got := byRule(s)["edge.client"].Allowed; got != 3 {
+		t.Errorf("got %d allowed, want 3", got)
 	}
 }
 
