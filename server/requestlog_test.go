@@ -258,3 +258,25 @@ func TestOpenRequestLogRefusesBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkRequestLogRecord is the cost a logged request adds to its call:
+// encoding the line and handing it to the writer, which writes to a file.
+func BenchmarkRequestLogRecord(b *testing.B) {
+	l, err := server.OpenRequestLog(server.RequestLogOptions{Path: filepath.Join(b.TempDir(), "requests.log")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := clientRequest("10.0.0.1")
+	at := time.Date(2026, 11, 23, 15, 0, 0, 123456789, time.UTC)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l.Record(at, req)
+		}
+	})
+	b.StopTimer()
+	if err := l.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(l.Dropped())/float64(b.N), "dropped/op")
+}
