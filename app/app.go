@@ -215,7 +215,7 @@ func New(o Options, deps Deps) (*App, error) {
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()
-		a.closeRequestLog(context.Background())
+		_ = a.closeRequestLog(context.Background())
 		a.stopTracing(context.Background())
 		return nil, err
 	}
