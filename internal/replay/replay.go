@@ -117,11 +117,16 @@ type Replayer struct {
 	sum    Summary
 	latest time.Time
 
-	// The rules that have not gone over the limit yet, and how many of
-	// the statistics' rules have been looked at.
+	cfg *descriptors.Config
+
+	// The statistics' rules by stats key, those that have not been seen
+	// over the limit yet (some may have been since: see noteOver), and
+	// how many of the statistics' rules have been looked at.
+	byKey     map[string]*stats.Rule
 	pending   []*stats.Rule
 	known     int
 	firstOver map[*stats.Rule]time.Time
+	entries   []descriptors.Entry // scratch for ruleOf
 }
 
 // New returns a Replayer for cfg.
@@ -144,8 +149,8 @@ func New(cfg *descriptors.Config, o Options) *Replayer {
 		NoHotKeys:           true,
 	})
 	rls.SetConfig(cfg)
-	return &Replayer{opts: o, clock: clk, store: st, rls: rls, metrics: m, dec: newDecoder(),
-		firstOver: map[*stats.Rule]time.Time{}}
+	return &Replayer{opts: o, clock: clk, store: st, rls: rls, metrics: m, dec: newDecoder(), cfg: cfg,
+		byKey: map[string]*stats.Rule{}, firstOver: map[*stats.Rule]time.Time{}}
 }
 
 // simClock is the replay's simulated clock: the time of the line being
@@ -255,32 +260,57 @@ func (r *Replayer) line(ctx context.Context, line []byte) error {
 		r.latest = at
 	}
 	r.sum.Lines++
-	if overSuspect(resp) {
-		r.noteOver(at)
+	for _, st := range resp.GetStatuses() {
+		if overSuspect(st) {
+			r.noteOver(at, req, resp)
+			break
+		}
 	}
 	return nil
 }
 
-// overSuspect reports whether a descriptor of resp may have gone over its
-// limit: its status is OVER_LIMIT, or (a shadow-mode rule answers OK when
-// over) it has a limit and nothing remains.
-func overSuspect(resp *rlsv3.RateLimitResponse) bool {
-	for _, st := range resp.GetStatuses() {
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT || (st.GetCurrentLimit() != nil && st.GetLimitRemaining() == 0) {
-			return true
-		}
-	}
-	return false
+// overSuspect reports whether a descriptor's status may be over its
+// limit: it is OVER_LIMIT, or (a shadow-mode rule answers OK when over)
+// it has a limit and nothing remains.
+func overSuspect(st *rlsv3.RateLimitResponse_DescriptorStatus) bool {
+	return st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT || (st.GetCurrentLimit() != nil && st.GetLimitRemaining() == 0)
 }
 
-// noteOver gives every rule that has just gone over the limit its first
-// time, at.
-func (r *Replayer) noteOver(at time.Time) {
+// noteOver gives every rule that has just gone over the limit, answering
+// req with resp, its first time, at. It looks at the rules of req's
+// suspect descriptors when it can tell which they are, and at every rule
+// not yet over otherwise (a descriptor counted under a stats key it
+// cannot name).
+func (r *Replayer) noteOver(at time.Time, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) {
 	all := r.metrics.Stats().Rules()
-	r.pending = append(r.pending, all[r.known:]...)
+	for _, st := range all[r.known:] {
+		r.byKey[st.Key] = st
+		r.pending = append(r.pending, st)
+	}
 	r.known = len(all)
+	for i, st := range resp.GetStatuses() {
+		if !overSuspect(st) {
+			continue
+		}
+		rule := r.ruleOf(req, i)
+		if rule == nil {
+			r.scan(at)
+			return
+		}
+		if _, seen := r.firstOver[rule]; !seen && rule.OverLimit.Load() > 0 {
+			r.firstOver[rule] = at
+		}
+	}
+}
+
+// scan gives every rule over the limit and not seen so yet its first
+// time, at, and drops it from the pending rules.
+func (r *Replayer) scan(at time.Time) {
 	kept := r.pending[:0]
 	for _, st := range r.pending {
+		if _, seen := r.firstOver[st]; seen {
+			continue
+		}
 		if st.OverLimit.Load() > 0 {
 			r.firstOver[st] = at
 			continue
@@ -289,6 +319,32 @@ func (r *Replayer) noteOver(at time.Time) {
 	}
 	clear(r.pending[len(kept):])
 	r.pending = kept
+}
+
+// ruleOf is the statistics of the rule that counted descriptor i of req,
+// as the service chose it (the request's own limit, or the configured
+// rule that matches), or nil when it has none yet under that key.
+func (r *Replayer) ruleOf(req *rlsv3.RateLimitRequest, i int) *stats.Rule {
+	d := req.GetDescriptors()[i]
+	r.entries = r.entries[:0]
+	for _, e := range d.GetEntries() {
+		r.entries = append(r.entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
+	}
+	var key string
+	if l := d.GetLimit(); l != nil && !r.opts.IgnoreRequestLimits {
+		rule, err := descriptors.Override(req.GetDomain(), r.entries, int32(l.GetUnit()), l.GetRequestsPerUnit(), l.GetUnitMultiplier().GetValue(), l.GetUnitMultiplier() != nil)
+		if err != nil {
+			return nil
+		}
+		key = rule.StatsKey
+	} else {
+		rule := r.cfg.Match(req.GetDomain(), r.entries)
+		if rule == nil {
+			return nil
+		}
+		key = rule.MetricKey(r.entries)
+	}
+	return r.byKey[key]
 }
 
 // Summary returns the outcome so far. Rules whose stats keys share a

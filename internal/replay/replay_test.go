@@ -279,3 +279,54 @@ func TestReplayStopsWithItsContext(t *testing.T) {
 		t.Errorf("got %v, want context.Canceled", err)
 	}
 }
+
+func TestReplayFirstOverPerValueAndForRequestLimits(t *testing.T) {
+	cfg := config(t, `domain: edge
+descriptors:
+  - key: plan
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 100}
+`)
+	l := func(ms int, key, value, limit string) string {
+		return `{"time":"` + t0.Add(time.Duration(ms)*time.Millisecond).Format(time.RFC3339Nano) +
+			`","domain":"edge","descriptors":[{"entries":[{"key":"` + key + `","value":"` + value + `"}]` + limit + `}]}` + "\n"
+	}
+	own := `,"limit":{"requests_per_unit":2,"unit":"SECOND"}`
+	log := l(0, "plan", "gold", "") + l(1, "plan", "free", "") + l(2, "plan", "free", "") + // free over at 2ms
+		l(3, "client", "a", own) + l(4, "client", "a", own) + l(5, "client", "a", own) + // its own limit of 2: over at 5ms
+		l(6, "client", "b", "") + l(7, "plan", "gold", "") + l(8, "plan", "gold", "") // gold over at 7ms
+	s, err := replay.Run(context.Background(), cfg, "test.log", strings.NewReader(log), replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byRule(s)
+	tests := []struct {
+		rule      string
+		firstOver time.Duration // -1: never
+		overLimit uint64
+	}{
+		{rule: "edge.plan_free", firstOver: 2 * time.Millisecond, overLimit: 1},
+		{rule: "edge.plan_gold", firstOver: 7 * time.Millisecond, overLimit: 2},
+		// A request's own limit counts under the stats key of its
+		// entries, as in envoyproxy/ratelimit.
+		{rule: "edge.client_a", firstOver: 5 * time.Millisecond, overLimit: 1},
+		{rule: "edge.client", firstOver: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			r, ok := got[tt.rule]
+			if !ok {
+				t.Fatalf("no rule %s in %v", tt.rule, s.Rules)
+			}
+			want := time.Time{}
+			if tt.firstOver >= 0 {
+				want = t0.Add(tt.firstOver)
+			}
+			if !r.FirstOver.Equal(want) || r.OverLimit != tt.overLimit {
+				t.Errorf("got first_over %s, over_limit %d; want %s, %d", r.FirstOver, r.OverLimit, want, tt.overLimit)
+			}
+		})
+	}
+}
