@@ -165,8 +165,11 @@ func span(s replay.Summary) string {
 		return "0 requests"
 	}
 	line := fmt.Sprintf("%d requests from %s to %s", s.Lines, s.First.Format(time.RFC3339Nano), s.Last.Format(time.RFC3339Nano))
+	if s.Backsteps > 0 {
+		line += fmt.Sprintf(", %d replayed a little back in time", s.Backsteps)
+	}
 	if s.Skipped > 0 {
-		line += fmt.Sprintf(", %d lines skipped", s.Skipped)
+		line += fmt.Sprintf(", %d bad line(s) skipped", s.Skipped)
 	}
 	return line
 }

@@ -59,6 +59,7 @@ func TestReplayCommand(t *testing.T) {
 	log := writeFile(t, dir, "requests.log", replayLog)
 	badLog := writeFile(t, dir, "bad.log", replayLog+`{"time":"2026-11-23T15:00:00.4Z","domain":"edge","descriptors":[{"entries":[{"key":"client","valeu":"10.0.0.1"}]}]}`+"\n"+replayLog[:strings.IndexByte(replayLog, '\n')+1])
 	backLog := writeFile(t, dir, "back.log", replayLog+`{"time":"2026-11-23T14:00:00Z","domain":"edge","descriptors":[{"entries":[{"key":"client","value":"10.0.0.1"}]}]}`+"\n")
+	stepLog := writeFile(t, dir, "step.log", replayLog+`{"time":"2026-11-23T15:00:00.25Z","domain":"edge","descriptors":[{"entries":[{"key":"client","value":"10.0.0.1"}]}]}`+"\nnot json\n")
 	badCfg := filepath.Dir(writeFile(t, dir, "badcfg/edge.yaml", "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight, requests_per_unit: 2}\n"))
 
 	tests := []struct {
@@ -100,6 +101,11 @@ func TestReplayCommand(t *testing.T) {
 			args: []string{"--config", cfg, "--log", badLog, "--json", "--skip-bad"}, wantCode: 0,
 			wantOut: `{"rule":"edge.client","allowed":2,"over_limit":2,"near_limit":1,"first_over":"2026-11-23T15:00:00.3Z"}` + "\n",
 			wantErr: []string{"skipped " + badLog + ":4: "}},
+		{name: "the table's last line counts lines skipped and lines a little back in time",
+			args: []string{"--config", cfg, "--log", stepLog, "--skip-bad"}, wantCode: 0,
+			wantOut: "rule         allowed  over_limit  near_limit  first_over\n" +
+				"edge.client  2        2           1           2026-11-23T15:00:00.3Z\n" +
+				"4 requests from 2026-11-23T15:00:00.1Z to 2026-11-23T15:00:00.3Z, 1 replayed a little back in time, 1 bad line(s) skipped\n"},
 		{name: "a line an hour back in time is refused",
 			args: []string{"--config", cfg, "--log", backLog}, wantCode: 1,
 			wantErr: []string{backLog + ":4: line goes back in time", "sort the log by time"}},
