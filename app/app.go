@@ -85,8 +85,9 @@ type App struct {
 	tracing *tracing.Provider // nil when tracing is off
 	tracer  *tracing.Tracer   // nil when tracing is off
 
-	metrics *server.Metrics // the RLS's statistics, read by every sink
-	sinks   *statsSinks     // StatsD and the Prometheus compatibility series
+	metrics    *server.Metrics    // the RLS's statistics, read by every sink
+	requestLog *server.RequestLog // nil without --request-log
+	sinks      *statsSinks        // StatsD and the Prometheus compatibility series
 }
 
 // NewLogger builds the logger the options ask for, writing to w.
@@ -188,6 +189,15 @@ func New(o Options, deps Deps) (*App, error) {
 		return nil, err
 	}
 	a.sinks = sinks
+	var recordRequest func(time.Time, *rlsv3.RateLimitRequest)
+	if o.RequestLog != "" {
+		l, err := server.OpenRequestLog(server.RequestLogOptions{Path: o.RequestLog, Sample: o.RequestLogSample, Registerer: a.registry, Logger: log})
+		if err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("--request-log: %w", err)
+		}
+		a.requestLog, recordRequest = l, l.Record
+	}
 	a.rls = server.NewRLS(server.RLSOptions{
 		Limiter:             a.limiter,
 		Clock:               clk,
@@ -208,9 +218,11 @@ func New(o Options, deps Deps) (*App, error) {
 		IgnoreNegativeHits:  !o.NegativeHits,
 		MaxEntries:          o.MaxDescriptorEntries,
 		MaxEntryBytes:       o.MaxDescriptorEntryBytes,
+		RequestLog:          recordRequest,
 	})
 	if err := errors.Join(a.loadDescriptors(), a.loadLimits()); err != nil {
 		_ = st.Close()
+		_ = a.closeRequestLog(context.Background())
 		a.stopTracing(context.Background())
 		return nil, err
 	}
@@ -573,10 +585,20 @@ func (a *App) Shutdown(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	addErr(a.closeRequestLog(ctx))
 	addErr(a.sinks.stop(ctx))
 	addErr(a.store.Close())
 	a.stopTracing(ctx)
 	return errors.Join(errs...)
+}
+
+// closeRequestLog writes the request log's waiting lines and closes it,
+// once no call can add one.
+func (a *App) closeRequestLog(ctx context.Context) error {
+	if a.requestLog == nil {
+		return nil
+	}
+	return a.requestLog.Close(ctx)
 }
 
 // stopTracing exports the spans still buffered, within ctx, and stops the
@@ -602,6 +624,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer signal.Stop(sigs)
 	if err := a.Start(); err != nil {
 		_ = a.store.Close()
+		_ = a.closeRequestLog(context.Background())
 		a.stopTracing(context.Background())
 		return err
 	}

@@ -145,6 +145,12 @@ type Options struct {
 	// the SAN (needs TLSClientCA). Both empty: every caller who reaches
 	// the admin address may use it.
 	AdminTokenFile, AdminClientSAN string
+	// RequestLog is a file to append sampled Envoy requests to, one line
+	// each in the format sluice replay reads (server.RequestLog); empty
+	// (the default): no log. RequestLogSample is the fraction of requests
+	// logged: default 1, range (0, 1].
+	RequestLog       string
+	RequestLogSample float64
 	// KVRetryAfterJitter lengthens the retry_in of denied key-value
 	// answers, and so their Retry-After, by a random 0-3%, as Boulder does
 	// (server.KVOptions.RetryJitter).
@@ -340,6 +346,7 @@ func Defaults() Options {
 
 		RequestLimits:           true,
 		NegativeHits:            true,
+		RequestLogSample:        1,
 		MaxDescriptors:          1000,
 		MaxDescriptorEntries:    64,
 		MaxDescriptorEntryBytes: 4096,
@@ -438,6 +445,8 @@ flags:
 	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
 	fs.BoolVar(&o.RetryAfterHeader, "retry-after-header", o.RetryAfterHeader, "add retry-after (seconds until the first over-limit descriptor frees) to OVER_LIMIT answers' response headers")
 	fs.BoolVar(&o.NegativeHits, "negative-hits", o.NegativeHits, "honour is_negative_hits, giving hits back (false: count them, as envoyproxy/ratelimit does)")
+	fs.StringVar(&o.RequestLog, "request-log", o.RequestLog, "append sampled Envoy requests to this file, one line each, for sluice replay (empty: off)")
+	fs.Float64Var(&o.RequestLogSample, "request-log-sample", o.RequestLogSample, "fraction of Envoy requests written to --request-log, in (0, 1]")
 	fs.BoolVar(&o.KVRetryAfterJitter, "kv-retry-after-jitter", o.KVRetryAfterJitter, "add a random 0-3% to the retry_in and Retry-After of denied key-value answers, as Boulder does, so that denied callers do not all come back at once")
 	durationVar(fs, &o.KVOverridesRefresh, "kv-overrides-refresh", o.KVOverridesRefresh, "how often to read the key-value overrides set at runtime from the store again, so that services sharing it agree; 0: only at start and after this service's changes")
 	fs.StringVar(&o.KVAdminTokenFile, "kv-admin-token-file", o.KVAdminTokenFile, "file holding the bearer token that key-value refund and reset calls must carry")
@@ -670,6 +679,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validateXDS()...)
 	if o.NearLimitRatio <= 0 || o.NearLimitRatio > 1 {
 		bad("near-limit-ratio", "%s is outside (0, 1]", strconv.FormatFloat(o.NearLimitRatio, 'g', -1, 64))
+	}
+	if !(o.RequestLogSample > 0 && o.RequestLogSample <= 1) {
+		bad("request-log-sample", "%s is outside (0, 1]", strconv.FormatFloat(o.RequestLogSample, 'g', -1, 64))
 	}
 	if o.ReloadDelay < 0 {
 		bad("reload-delay", "%s is negative", o.ReloadDelay)

@@ -64,6 +64,17 @@ func (l *Limiter) CountWith(ctx context.Context, sc *Scratch, txns []Transaction
 	return l.count(ctx, sc, l.clock.Now(), txns, out)
 }
 
+// CountWithAt is CountWith at the instant at, the clock's now when at is
+// zero: a caller that takes now itself can record the instant its
+// decisions used (the request log of server.RLS).
+func (l *Limiter) CountWithAt(ctx context.Context, sc *Scratch, at time.Time, txns []Transaction, out []Decision) error {
+	defer sc.Reset()
+	if at.IsZero() {
+		at = l.clock.Now()
+	}
+	return l.count(ctx, sc, at, txns, out)
+}
+
 // CountAt is Count at the instant at instead of the clock's now, for a
 // caller that keeps windows of its own and must name the window a fixed
 // window operation falls in (the adaptive limiter's shared slots). It needs

@@ -87,6 +87,13 @@ type RLSOptions struct {
 	// Tracer starts a span per call, continuing the caller's trace; nil
 	// (tracing off) starts none and costs nothing.
 	Tracer *tracing.Tracer
+	// RequestLog, when not nil, is called with every request the limiter
+	// counted and the instant its decisions used (see RequestLog). It
+	// MUST NOT block, and MUST NOT keep req after it returns.
+	RequestLog func(at time.Time, req *rlsv3.RateLimitRequest)
+	// NoHotKeys skips counting the busiest request keys for the dashboard
+	// (sluice replay has no dashboard).
+	NoHotKeys bool
 }
 
 // Default request caps; see RLSOptions.
@@ -321,8 +328,15 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	sc.txns, sc.rules, sc.keys = txns, rules, keys
 	sc.decisions = sized(sc.decisions, len(txns))
-	if err := s.opts.Limiter.CountWith(ctx, &sc.count, txns, sc.decisions); err != nil {
+	var at time.Time // zero: the limiter's now
+	if s.opts.RequestLog != nil {
+		at = s.opts.Clock.Now()
+	}
+	if err := s.opts.Limiter.CountWithAt(ctx, &sc.count, at, txns, sc.decisions); err != nil {
 		return nil, fmt.Errorf("count descriptors: %w", err)
+	}
+	if s.opts.RequestLog != nil {
+		s.opts.RequestLog(at, req)
 	}
 	resp := s.respond(checks, rules, keys, sc.decisions)
 	if s.opts.DynamicMetadata {
@@ -461,7 +475,7 @@ func (s *RLS) respond(checks []check, rules []*descriptors.Rule, keys []string, 
 				best = ls
 			}
 		}
-		if s.opts.Metrics != nil && !c.negative {
+		if s.opts.Metrics != nil && !c.negative && !s.opts.NoHotKeys {
 			s.hot.add(s.opts.Clock, c, anyOver)
 		}
 		r, reset := best.rule, best.reset

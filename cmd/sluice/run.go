@@ -18,6 +18,7 @@ commands:
   limits    show which key-value limit applies to an id (limits show ID)
   bench     measure decisions per second
   query     ask a rate limit service once and print its answer
+  replay    run a request log through a descriptor config, per rule
   version   print the version
 
 "sluice <command> --help" lists a command's flags. Every flag of serve and
@@ -27,7 +28,7 @@ envoyproxy/ratelimit's variables (REDIS_URL, RUNTIME_ROOT, ...). A flag
 wins over its SLUICE_ variable, which wins over envoyproxy/ratelimit's.
 
 Docs: README.md, docs/configuration.md (every flag and variable),
-docs/envoy.md, docs/limits.md, docs/adaptive.md, docs/redis.md.
+docs/envoy.md, docs/replay.md, docs/limits.md, docs/adaptive.md, docs/redis.md.
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -51,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(args[1:], stdout, stderr)
 	case "limits":
 		return limitsCmd(args[1:], stdout, stderr)
+	case "replay":
+		return replayCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
