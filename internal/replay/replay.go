@@ -292,13 +292,22 @@ func (r *Replayer) noteOver(at time.Time, req *rlsv3.RateLimitRequest, resp *rls
 		if !overSuspect(st) {
 			continue
 		}
-		rule := r.ruleOf(req, i)
-		if rule == nil {
+		matched := r.ruleOf(req, i)
+		if matched == nil {
 			r.scan(at)
 			return
 		}
-		if _, seen := r.firstOver[rule]; !seen && rule.OverLimit.Load() > 0 {
-			r.firstOver[rule] = at
+		// Every limit of the descriptor (several with rate_limits): the
+		// status names only the closest.
+		for k := range matched.Limits() {
+			rule := r.byKey[matched.Limit(k).MetricKey(r.entries)]
+			if rule == nil {
+				r.scan(at)
+				return
+			}
+			if _, seen := r.firstOver[rule]; !seen && rule.OverLimit.Load() > 0 {
+				r.firstOver[rule] = at
+			}
 		}
 	}
 }
@@ -321,30 +330,23 @@ func (r *Replayer) scan(at time.Time) {
 	r.pending = kept
 }
 
-// ruleOf is the statistics of the rule that counted descriptor i of req,
-// as the service chose it (the request's own limit, or the configured
-// rule that matches), or nil when it has none yet under that key.
-func (r *Replayer) ruleOf(req *rlsv3.RateLimitRequest, i int) *stats.Rule {
+// ruleOf is the rule that counted descriptor i of req, as the service
+// chose it (the request's own limit, or the configured rule that
+// matches), with its entries in r.entries, or nil when there is none.
+func (r *Replayer) ruleOf(req *rlsv3.RateLimitRequest, i int) *descriptors.Rule {
 	d := req.GetDescriptors()[i]
 	r.entries = r.entries[:0]
 	for _, e := range d.GetEntries() {
 		r.entries = append(r.entries, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
 	}
-	var key string
 	if l := d.GetLimit(); l != nil && !r.opts.IgnoreRequestLimits {
 		rule, err := descriptors.Override(req.GetDomain(), r.entries, int32(l.GetUnit()), l.GetRequestsPerUnit(), l.GetUnitMultiplier().GetValue(), l.GetUnitMultiplier() != nil)
 		if err != nil {
 			return nil
 		}
-		key = rule.StatsKey
-	} else {
-		rule := r.cfg.Match(req.GetDomain(), r.entries)
-		if rule == nil {
-			return nil
-		}
-		key = rule.MetricKey(r.entries)
+		return rule
 	}
-	return r.byKey[key]
+	return r.cfg.Match(req.GetDomain(), r.entries)
 }
 
 // Summary returns the outcome so far. Rules whose stats keys share a

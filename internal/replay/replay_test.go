@@ -330,3 +330,33 @@ descriptors:
 		})
 	}
 }
+
+// A descriptor with several limits (rate_limits): each limit is a rule of
+// its own, and the one that trips gets the first_over, though the status
+// names only the closest.
+func TestReplaySeveralLimitsOnADescriptor(t *testing.T) {
+	cfg := config(t, `
+domain: edge
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 10}
+      - {unit: minute, requests_per_unit: 3}
+`)
+	var log strings.Builder
+	for i := range 5 { // 1.1 s apart: the minute trips at the 4th, the second never
+		log.WriteString(line(time.Duration(i)*1100*time.Millisecond, "user", "u"))
+	}
+	s, err := replay.Run(context.Background(), cfg, "test.log", strings.NewReader(log.String()), replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byRule(s)
+	minute, second := got["edge.user.minute"], got["edge.user.second"]
+	if minute.Allowed != 3 || minute.OverLimit != 2 || !minute.FirstOver.Equal(t0.Add(3300*time.Millisecond)) {
+		t.Errorf("the minute's limit: got %+v, want 3 allowed, 2 over, first over at +3.3s", minute)
+	}
+	if second.Allowed != 5 || second.OverLimit != 0 || !second.FirstOver.IsZero() {
+		t.Errorf("the second's limit: got %+v, want 5 allowed, never over", second)
+	}
+}
