@@ -7,15 +7,17 @@
 //
 //	cd bench/peers && go test -run '^$' -bench . -benchmem
 //
-// Every limiter is given a limit no call reaches (a burst of 10^9), so each
-// call is one allowed decision on a live bucket: what is measured is the
-// cost of deciding, not of denying.
+// Every limiter is given a limit no call reaches (a burst of 100,000, refilled
+// at one an hour, so that no bucket expires during a run), and every
+// bucket is made before timing: each call is one allowed decision on a
+// live bucket, and what is measured is the cost of deciding.
 // TestMemoryPerBucket reports the heap each keeps per live bucket.
 package peers
 
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"sync"
@@ -37,13 +39,19 @@ import (
 // nKeys is how many buckets every benchmark spreads over.
 const nKeys = 1 << 20
 
-const burst = 1_000_000_000
+const burst = 100_000
 
+// keys are the bucket keys in the order calls ask for them: a fixed
+// shuffle, so that calls land on buckets all over each limiter's memory
+// as a service's traffic does, rather than in the order they were made
+// (which a limiter allocating a bucket per key would serve from memory
+// laid out in that very order).
 var keys = func() []string {
 	k := make([]string, nKeys)
 	for i := range k {
 		k[i] = "3:" + strconv.Itoa(i)
 	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(k), func(i, j int) { k[i], k[j] = k[j], k[i] })
 	return k
 }()
 
@@ -57,7 +65,7 @@ var peers = []peer{
 	{"sluice limiter.Spend", func(tb testing.TB) func(string) bool {
 		// The README's library path.
 		l := limiter.New(memory.New(memory.Options{}), clock.New())
-		lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Second}
+		lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Hour}
 		ctx := context.Background()
 		return func(key string) bool {
 			d, err := l.Spend(ctx, limiter.Transaction{Key: key, Limit: lim, Cost: 1})
@@ -83,7 +91,7 @@ var peers = []peer{
 		return func(key string) bool {
 			v, ok := m.Load(key)
 			if !ok {
-				v, _ = m.LoadOrStore(key, rate.NewLimiter(1, burst))
+				v, _ = m.LoadOrStore(key, rate.NewLimiter(rate.Every(time.Hour), burst))
 			}
 			return v.(*rate.Limiter).Allow()
 		}
@@ -93,7 +101,7 @@ var peers = []peer{
 		if err != nil {
 			tb.Fatal(err)
 		}
-		rl, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerSec(1), MaxBurst: burst})
+		rl, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerHour(1), MaxBurst: burst})
 		if err != nil {
 			tb.Fatal(err)
 		}

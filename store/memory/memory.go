@@ -62,12 +62,14 @@ type Options struct {
 }
 
 // EntryOverhead is the bytes counted for each bucket besides its key: the
-// map slot (a 16-byte string header and the 32-byte entry), the map's
-// control bytes and spare capacity (its tables grow by doubling, so they
-// are between half and seven eighths full), and the key's allocation
-// rounding. Measured on amd64 with Go 1.26 at 70 to 100 bytes per bucket
-// besides the key's own bytes (BenchmarkHeapPerEntry); 112 keeps the
-// accounting on the safe side.
+// index's map slot (a 16-byte string header and a 4-byte slot number,
+// padded to 24), the map's control bytes and spare capacity (its tables
+// grow by doubling, so they are between half and seven eighths full), the
+// 32-byte entry in the slab (which grows by doubling too, and keeps freed
+// slots for reuse), and the key's allocation rounding. Measured on amd64
+// with Go 1.26 at 70 bytes per bucket besides the key's own bytes
+// (BenchmarkHeapPerEntry; 74 with the entries in the map itself, before
+// the slab); 112 keeps the accounting on the safe side.
 const EntryOverhead = 112
 
 const (
@@ -95,9 +97,15 @@ type Store struct {
 }
 
 type shard struct {
-	mu       sync.Mutex       // protects the fields below but max and maxBytes
-	buckets  map[string]entry // bucket key → state
-	bytes    int64            // sum of cost(key) over buckets
+	mu sync.Mutex // protects the fields below but max and maxBytes
+	// index finds a bucket's state in slab; free lists the slab's unused
+	// slots. One map lookup finds a bucket, whose state is then changed
+	// in place: a map of small values stays compact, and a decision costs
+	// one hash and one probe, not a read and a write.
+	index    map[string]uint32 // bucket key → its slot in slab
+	slab     []entry
+	free     []uint32
+	bytes    int64 // sum of cost(key) over buckets
 	inserts  int              // inserts since the last sweep
 	expired  int64            // expired buckets removed, in total
 	refused  int64            // new buckets not kept for want of room, in total
@@ -151,7 +159,7 @@ func New(o Options) *Store {
 	}
 	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
 	for i := range s.shards {
-		s.shards[i].buckets = make(map[string]entry)
+		s.shards[i].index = make(map[string]uint32)
 		s.shards[i].max = per
 		s.shards[i].maxBytes = perBytes
 	}
@@ -211,7 +219,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.buckets)
+		n += len(sh.index)
 		sh.mu.Unlock()
 	}
 	return n
@@ -225,7 +233,8 @@ func (s *Store) Close() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		clear(sh.buckets)
+		clear(sh.index)
+		sh.slab, sh.free = nil, nil
 		sh.bytes = 0
 		sh.mu.Unlock()
 	}
@@ -253,10 +262,10 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		op := &ops[0]
 		sh := &s.shards[s.shardOf(op.Key)]
 		sh.mu.Lock()
-		st, present := sh.get(op.Key, nowNs)
+		st, slot := sh.get(op.Key, nowNs)
 		r, w, next := op.Evaluate(now, st)
 		out[0] = r
-		sh.do(w, op, next, present, nowNs)
+		sh.do(w, op, next, slot, nowNs)
 		sh.mu.Unlock()
 		return nil
 	}
@@ -289,29 +298,30 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 	}()
 
 	var (
-		stBuf [32]store.State
-		wBuf  [32]store.Write
-		pBuf  [32]bool
+		stBuf   [32]store.State
+		wBuf    [32]store.Write
+		slotBuf [32]int
 	)
-	states, writes, present := stBuf[:], wBuf[:], pBuf[:]
+	states, writes, slots := stBuf[:], wBuf[:], slotBuf[:]
 	if len(ops) > len(stBuf) {
 		states = make([]store.State, len(ops))
 		writes = make([]store.Write, len(ops))
-		present = make([]bool, len(ops))
+		slots = make([]int, len(ops))
 	}
 	for i := range ops {
-		states[i], present[i] = s.shards[idx[i]].get(ops[i].Key, nowNs)
+		states[i], slots[i] = s.shards[idx[i]].get(ops[i].Key, nowNs)
 	}
 	store.Evaluate(now, b, states, out, writes)
 	for i := range ops {
-		s.shards[idx[i]].do(writes[i], &ops[i], states[i], present[i], nowNs)
+		s.shards[idx[i]].do(writes[i], &ops[i], states[i], slots[i], nowNs)
 	}
 	return nil
 }
 
-// do carries out w for op's bucket, next being the state to put. requires
+// do carries out w for op's bucket, next being the state to put; slot is
+// the bucket's slot in the slab, or -1 when the shard holds none. requires
 // sh.mu held.
-func (sh *shard) do(w store.Write, op *store.Op, next store.State, present bool, nowNs int64) {
+func (sh *shard) do(w store.Write, op *store.Op, next store.State, slot int, nowNs int64) {
 	switch w {
 	case store.Put:
 		// The bucket may be dropped once it is full again: past its TAT,
@@ -320,36 +330,40 @@ func (sh *shard) do(w store.Write, op *store.Op, next store.State, present bool,
 		if op.Algorithm == store.FixedWindow {
 			exp = (next.Start + int64(op.Window.Length/time.Second)) * int64(time.Second)
 		}
-		sh.put(op.Key, entry{exp: exp, tat: next.TAT, start: next.Start, count: next.Count}, present, nowNs)
+		e := entry{exp: exp, tat: next.TAT, start: next.Start, count: next.Count}
+		if slot >= 0 {
+			sh.slab[slot] = e
+			return
+		}
+		sh.put(op.Key, e, nowNs)
 	case store.Remove:
-		if present {
-			delete(sh.buckets, op.Key)
-			sh.bytes -= cost(op.Key)
+		if slot >= 0 {
+			sh.drop(op.Key, slot)
 		}
 	}
 }
 
-// get returns the state of key, missing when the map holds no entry or an
-// expired one (full again); present reports an entry in the map, live or
-// expired (an expired entry is left for put to overwrite, or for a sweep).
-// requires sh.mu held.
-func (sh *shard) get(key string, nowNs int64) (st store.State, present bool) {
-	e, present := sh.buckets[key]
-	if !present || e.exp <= nowNs {
-		return store.State{}, present
+// get returns the state of key, missing when the shard holds no entry or
+// an expired one (full again), and the entry's slot in the slab, live or
+// expired, or -1 when there is none (an expired entry is left for do to
+// overwrite, or for a sweep). requires sh.mu held.
+func (sh *shard) get(key string, nowNs int64) (st store.State, slot int) {
+	i, ok := sh.index[key]
+	if !ok {
+		return store.State{}, -1
 	}
-	return store.State{Exists: true, TAT: e.tat, Start: e.start, Count: e.count}, true
+	e := &sh.slab[i]
+	if e.exp <= nowNs {
+		return store.State{}, int(i)
+	}
+	return store.State{Exists: true, TAT: e.tat, Start: e.start, Count: e.count}, int(i)
 }
 
-// put stores e under key; present says whether the map holds key already.
-// A new key makes room first when the shard is full, by removing expired
-// buckets only; when that is not enough the new key is not stored, and
-// counted as refused. requires sh.mu held.
-func (sh *shard) put(key string, e entry, present bool, nowNs int64) {
-	if present {
-		sh.buckets[key] = e
-		return
-	}
+// put stores e under key, which the shard does not hold. It makes room
+// first when the shard is full, by removing expired buckets only; when
+// that is not enough the new key is not stored, and counted as refused.
+// requires sh.mu held.
+func (sh *shard) put(key string, e entry, nowNs int64) {
 	sh.inserts++
 	if sh.inserts >= sweepEvery {
 		sh.inserts = 0
@@ -360,22 +374,38 @@ func (sh *shard) put(key string, e entry, present bool, nowNs int64) {
 		sh.refused++
 		return
 	}
-	sh.buckets[key] = e
+	var slot uint32
+	if n := len(sh.free); n > 0 {
+		slot, sh.free = sh.free[n-1], sh.free[:n-1]
+		sh.slab[slot] = e
+	} else {
+		slot = uint32(len(sh.slab))
+		sh.slab = append(sh.slab, e)
+	}
+	sh.index[key] = slot
 	sh.bytes += c
+}
+
+// drop deletes key, held in slot, and frees the slot. requires sh.mu held.
+func (sh *shard) drop(key string, slot int) {
+	delete(sh.index, key)
+	sh.slab[slot] = entry{}
+	sh.free = append(sh.free, uint32(slot))
+	sh.bytes -= cost(key)
 }
 
 // fits reports whether a new bucket costing c bytes fits. requires sh.mu
 // held.
 func (sh *shard) fits(c int64) bool {
-	return len(sh.buckets) < sh.max && sh.bytes+c <= sh.maxBytes
+	return len(sh.index) < sh.max && sh.bytes+c <= sh.maxBytes
 }
 
 // sweep examines up to budget entries from a random point and removes the
 // expired ones. requires sh.mu held.
 func (sh *shard) sweep(nowNs int64, budget int) {
-	for k, e := range sh.buckets {
-		if e.exp <= nowNs {
-			sh.remove(k)
+	for k, i := range sh.index {
+		if sh.slab[i].exp <= nowNs {
+			sh.remove(k, i)
 		}
 		budget--
 		if budget == 0 {
@@ -389,9 +419,9 @@ func (sh *shard) sweep(nowNs int64, budget int) {
 // whether it does. Live buckets are never removed. requires sh.mu held.
 func (sh *shard) makeRoom(nowNs int64, c int64) bool {
 	n := 0
-	for k, e := range sh.buckets {
-		if e.exp <= nowNs {
-			sh.remove(k)
+	for k, i := range sh.index {
+		if sh.slab[i].exp <= nowNs {
+			sh.remove(k, i)
 			if sh.fits(c) {
 				return true
 			}
@@ -404,11 +434,10 @@ func (sh *shard) makeRoom(nowNs int64, c int64) bool {
 	return sh.fits(c)
 }
 
-// remove deletes the expired bucket under key and counts it. requires
-// sh.mu held.
-func (sh *shard) remove(key string) {
-	delete(sh.buckets, key)
-	sh.bytes -= cost(key)
+// remove deletes the expired bucket under key, in slot, and counts it.
+// requires sh.mu held.
+func (sh *shard) remove(key string, slot uint32) {
+	sh.drop(key, int(slot))
 	sh.expired++
 }
 
