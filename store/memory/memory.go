@@ -105,13 +105,13 @@ type shard struct {
 	index    map[string]uint32 // bucket key → its slot in slab
 	slab     []entry
 	free     []uint32
-	bytes    int64 // sum of cost(key) over buckets
-	inserts  int              // inserts since the last sweep
-	expired  int64            // expired buckets removed, in total
-	refused  int64            // new buckets not kept for want of room, in total
-	max      int              // bound on len(buckets)
-	maxBytes int64            // bound on bytes
-	_        [64]byte         // keep neighbouring shards' locks off one cache line
+	bytes    int64    // sum of cost(key) over buckets
+	inserts  int      // inserts since the last sweep
+	expired  int64    // expired buckets removed, in total
+	refused  int64    // new buckets not kept for want of room, in total
+	max      int      // bound on len(buckets)
+	maxBytes int64    // bound on bytes
+	_        [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 // cost is the bytes a bucket under key counts towards MaxBytes.
