@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -69,6 +70,29 @@ var peers = []peer{
 		ctx := context.Background()
 		return func(key string) bool {
 			d, err := l.Spend(ctx, limiter.Transaction{Key: key, Limit: lim, Cost: 1})
+			return err == nil && d.Allowed
+		}
+	}},
+	{"sluice README path (Resolve + Spend)", func(tb testing.TB) func(string) bool {
+		// The README's whole path: the limit and bucket key of an account
+		// id from a Set, then limiter.Spend. The keys here are account ids.
+		l := limiter.New(memory.New(memory.Options{}), clock.New())
+		defaults, err := limits.ParseDefaults("defaults.yaml", []byte(fmt.Sprintf("NewOrdersPerAccount: {burst: %d, count: 1, period: 1h}\n", burst)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		set, err := limits.New(defaults, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ctx := context.Background()
+		return func(key string) bool {
+			id := key[2:] // "3:12345" -> the account id 12345
+			b, err := set.Resolve(limits.NewOrdersPerAccount, id)
+			if err != nil {
+				return false
+			}
+			d, err := l.Spend(ctx, limiter.ForBucket(b, id, 1))
 			return err == nil && d.Allowed
 		}
 	}},
