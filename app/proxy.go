@@ -212,9 +212,18 @@ func (x *Proxy) DebugAddr() string { return addrOf(x.dbgLn) }
 func (x *Proxy) Limiter() *adaptive.Limiter { return x.limiter }
 
 // Shutdown stops accepting, lets in-flight requests finish until ctx ends,
-// and closes the store.
+// and closes the store. Connections that have sent nothing are closed at
+// once, as serve's are: they hold no request to wait for.
 func (x *Proxy) Shutdown(ctx context.Context) error {
-	err := errors.Join(x.server.Shutdown(ctx), x.debug.Shutdown(ctx))
+	done := make(chan error, 2)
+	go func() { done <- x.server.Shutdown(ctx) }()
+	go func() { done <- x.debug.Shutdown(ctx) }()
+	for _, ln := range []net.Listener{x.ln, x.dbgLn} {
+		if g, ok := ln.(*connGuard); ok {
+			g.closeSilent()
+		}
+	}
+	err := errors.Join(<-done, <-done)
 	return errors.Join(err, x.closeFn())
 }
 

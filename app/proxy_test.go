@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -190,5 +191,44 @@ func TestParseProxyShutdownTimeout(t *testing.T) {
 				t.Fatalf("got %s, %v; want %s", p.Store.ShutdownTimeout, err, tt.want)
 			}
 		})
+	}
+}
+
+// An idle proxy stops at once, though clients connected and sent nothing
+// (net/http alone would wait 5 s for each).
+func TestProxyIdleShutdownIsFast(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer upstream.Close()
+	cfgPath := filepath.Join(t.TempDir(), "adaptive.yaml")
+	if err := os.WriteFile(cfgPath, []byte("maxRate: 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := app.ParseProxy([]string{"--upstream", upstream.URL, "--config", cfgPath}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := app.NewProxy(p, app.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start("127.0.0.1:0", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{x.Addr(), x.DebugAddr()} {
+		c, err := net.Dial("tcp", addr) // connected, silent
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	time.Sleep(50 * time.Millisecond) // let the servers accept them
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := x.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("an idle proxy took %s to shut down, want well under net/http's 5 s wait for a silent connection", took)
 	}
 }
