@@ -8,8 +8,49 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 )
+
+// Process is a server process a test started, which any goroutine may kill
+// or signal. The zero value holds none.
+type Process struct {
+	mu     sync.Mutex
+	cmd    *exec.Cmd       // nil while stopped
+	exited <-chan struct{} // closed when cmd has exited
+}
+
+// Launch starts cmd as the package's Launch does and holds it.
+func (p *Process) Launch(cmd *exec.Cmd, logPath string, timeout time.Duration, ready func() error) error {
+	return Launch(cmd, logPath, timeout, func(exited <-chan struct{}) {
+		p.mu.Lock()
+		p.cmd, p.exited = cmd, exited
+		p.mu.Unlock()
+	}, ready)
+}
+
+// Kill stops the process at once with SIGKILL, as a crash would, and waits
+// for it to exit. Killing a stopped process does nothing.
+func (p *Process) Kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.cmd = nil
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Signal sends sig to the process, if it runs.
+func (p *Process) Signal(sig os.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
 
 // Launch starts cmd with its standard output and error appended to
 // logPath, hands started the channel closed when the process exits (so

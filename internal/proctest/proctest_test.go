@@ -2,9 +2,11 @@ package proctest_test
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,4 +45,26 @@ func TestLaunch(t *testing.T) {
 			t.Fatalf("got %v, want a timeout", err)
 		}
 	})
+}
+
+func TestProcessKillAndSignal(t *testing.T) {
+	t.Parallel()
+	var p proctest.Process
+	p.Kill()               // nothing started: nothing to do
+	p.Signal(os.Interrupt) // nor to signal
+	cmd := exec.Command("sleep", "30")
+	if err := p.Launch(cmd, filepath.Join(t.TempDir(), "log"), time.Second, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	p.Signal(syscall.SIGSTOP)
+	p.Signal(syscall.SIGCONT)
+	began := time.Now()
+	p.Kill()
+	if cmd.ProcessState == nil || cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("after Kill: got state %v, want the process killed and waited for", cmd.ProcessState)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("Kill took %s", took)
+	}
+	p.Kill() // killed already: nothing to do
 }

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,11 +57,9 @@ type Server struct {
 	// nil.
 	TLS *redistest.TLSFiles
 
-	t      testing.TB
-	log    string // path of the process's output
-	mu     sync.Mutex
-	cmd    *exec.Cmd       // protected by mu; nil while stopped
-	exited <-chan struct{} // protected by mu; closed when cmd has exited
+	t    testing.TB
+	log  string // path of the process's output
+	proc proctest.Process
 }
 
 // Start starts one memcached (64 MB, TCP only) and returns it once it
@@ -115,12 +112,7 @@ func (s *Server) launch() error {
 		args = append(args, "-Z", "-o", "ssl_chain_cert="+s.TLS.ServerCertFile+",ssl_key="+s.TLS.ServerKeyFile+",ssl_ca_cert="+s.TLS.CAFile)
 	}
 	cmd := exec.Command("memcached", args...)
-	return proctest.Launch(cmd, s.log, startTimeout,
-		func(exited <-chan struct{}) {
-			s.mu.Lock()
-			s.cmd, s.exited = cmd, exited
-			s.mu.Unlock()
-		},
+	return s.proc.Launch(cmd, s.log, startTimeout,
 		func() error { _, err := s.Do("version"); return err })
 }
 
@@ -134,17 +126,7 @@ func (s *Server) logTail() string {
 
 // Kill stops the server at once with SIGKILL and waits for it to exit.
 // Killing a stopped server does nothing.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-exited
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Restart starts a killed server again on the same port, empty. It fails
 // the test if the server does not come back.

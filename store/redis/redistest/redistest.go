@@ -92,12 +92,10 @@ type Server struct {
 	// of its own (a socket path is limited to about 100 bytes).
 	Socket string
 
-	t      testing.TB
-	conf   string   // path of redis.conf
-	args   []string // extra command-line arguments (--sentinel)
-	mu     sync.Mutex
-	cmd    *exec.Cmd       // protected by mu; nil while stopped
-	exited <-chan struct{} // protected by mu; closed when cmd has exited
+	t    testing.TB
+	conf string   // path of redis.conf
+	args []string // extra command-line arguments (--sentinel)
+	proc proctest.Process
 
 	statsMu   sync.Mutex
 	statsConn net.Conn      // Reads' connection, kept open; protected by statsMu
@@ -268,12 +266,7 @@ func (s *Server) launch() error {
 	args := append([]string{s.conf}, s.args...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.Dir
-	return proctest.Launch(cmd, filepath.Join(s.Dir, "stdout.log"), startTimeout,
-		func(exited <-chan struct{}) {
-			s.mu.Lock()
-			s.cmd, s.exited = cmd, exited
-			s.mu.Unlock()
-		},
+	return s.proc.Launch(cmd, filepath.Join(s.Dir, "stdout.log"), startTimeout,
 		func() error { _, err := s.Do("PING"); return err })
 }
 
@@ -292,17 +285,7 @@ func (s *Server) logTail() string {
 
 // Kill stops the server at once with SIGKILL, as a crash would, and waits
 // for the process to exit. Killing a stopped server does nothing.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-exited
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Restart starts a killed server again on the same port with the same
 // configuration (its data is gone unless the configuration persists it;
@@ -337,13 +320,7 @@ func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
 
-func (s *Server) signal(sig os.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		s.cmd.Process.Signal(sig)
-	}
-}
+func (s *Server) signal(sig os.Signal) { s.proc.Signal(sig) }
 
 // Do sends one command to the server on a new connection (with TLS and AUTH
 // as the server needs) and returns the reply: a string for simple and bulk
