@@ -2,7 +2,6 @@ package descriptors
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/sluice-rl/sluice/window"
 )
@@ -97,56 +96,27 @@ func (b *builder) list(nodes []Node, idx *levelIndex, path []level, statsPrefix 
 
 // node builds one descriptor into idx, as parser.descriptor does.
 func (b *builder) node(in *Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int, field string) {
-	nd := &node{key: in.Key, value: in.Value}
-	composite, kind := nd.key, "key"
-	if nd.value != "" {
-		composite, kind = nd.key+"_"+nd.value, "key_value"
+	info := descriptorInfo{key: in.Key, value: in.Value, shadow: in.ShadowMode, quota: in.QuotaMode, detailed: in.DetailedMetric,
+		toMetric: in.ValueToMetric, share: in.ShareThreshold, metadata: in.Metadata, leaf: len(in.Descriptors) == 0, file: b.source}
+	pl := place(&info, path, statsPrefix, seen, d)
+	if pl.bad != "" {
+		b.errorf(field, "%s", pl.bad)
 	}
-	valid := true
-	switch {
-	case nd.key == "":
-		b.errorf(field, "descriptor has an empty key in domain %q", b.domain)
-		valid = false
-	case seen[composite]:
-		b.errorf(field, "duplicate descriptor %s %q in domain %q", kind, strings.TrimPrefix(statsPrefix+composite, d.name+"."), b.domain)
-		valid = false
+	if pl.badShare != "" {
+		b.errorf(field+".share_threshold", "%s", pl.badShare)
 	}
-	seen[composite] = true
-	nd.pat = compilePattern(nd.value)
-	if in.ShareThreshold && !nd.pat.wild {
-		b.errorf(field+".share_threshold", "share_threshold: true needs a wildcard value containing \"*\", descriptor %q has value %q", composite, nd.value)
-	}
-	lv := level{key: nd.key, value: nd.value, segment: composite, wild: nd.pat.wild,
-		share: in.ShareThreshold && nd.pat.wild, toMetric: in.ValueToMetric}
-	here := append(append(make([]level, 0, len(path)+1), path...), lv)
-	statsKey := statsPrefix + composite
-
 	if in.RateLimit != nil {
 		if r := b.rateLimit(in.RateLimit, field+".rate_limit"); r != nil {
-			r.Domain, r.StatsKey, r.Key, r.Value, r.Depth = d.name, statsKey, nd.key, nd.value, len(here)
-			if nd.pat.wild {
-				r.Pattern = nd.value
-			}
-			r.ShadowMode, r.QuotaMode, r.DetailedMetric = in.ShadowMode, in.QuotaMode, in.DetailedMetric
-			r.ValueToMetric, r.ShareThreshold = in.ValueToMetric, in.ShareThreshold
-			r.File, r.levels = b.source, here
-			r.Metadata, r.leaf = in.Metadata, len(in.Descriptors) == 0
-			if len(r.Metadata) == 0 {
-				r.Metadata = nil
-			}
-			nd.rule = r
-			if valid {
-				d.rules = append(d.rules, r)
-			}
+			pl.attach([]*Rule{r}, &info, d)
 		}
 	}
 	sub := &levelIndex{}
-	b.list(in.Descriptors, sub, here, statsKey+".", d, depth+1, field+".descriptors")
+	b.list(in.Descriptors, sub, pl.here, pl.statsKey+".", d, depth+1, field+".descriptors")
 	if sub.byKey != nil {
-		nd.children = sub
+		pl.nd.children = sub
 	}
-	if valid {
-		idx.add(nd)
+	if pl.bad == "" {
+		idx.add(pl.nd)
 	}
 }
 

@@ -278,7 +278,7 @@ func (p *parser) list(n yamlconf.Node, idx *levelIndex, path []level, statsPrefi
 
 // descriptor reads one descriptor into idx.
 func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string]bool, path []level, statsPrefix string, d *Domain, depth int) {
-	nd := &node{}
+	var key, value string
 	var (
 		rl, rls, rlsKey, children, shareNode, metadata yamlconf.Node
 		flags                                          [5]bool // shadow, quota, detailed, toMetric, share
@@ -288,9 +288,9 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 	for _, f := range fs {
 		switch f.name {
 		case "key":
-			nd.key = p.str(f.val, "key")
+			key = p.str(f.val, "key")
 		case "value":
-			nd.value = p.str(f.val, "value")
+			value = p.str(f.val, "value")
 		case "rate_limit":
 			rl = f.val
 		case "rate_limits":
@@ -314,69 +314,37 @@ func (p *parser) descriptor(item yamlconf.Node, idx *levelIndex, seen map[string
 			metadata = f.val
 		}
 	}
-	composite, kind := nd.key, "key"
-	if nd.value != "" {
-		composite, kind = nd.key+"_"+nd.value, "key_value"
+	in := descriptorInfo{key: key, value: value, shadow: flags[0], quota: flags[1], detailed: flags[2],
+		toMetric: flags[3], share: flags[4], leaf: children.Len() == 0, file: p.doc.File(), line: item.Line()}
+	if metadata.Shape() == yamlconf.Map && metadata.Len() > 0 {
+		in.metadata, _ = metadata.Value().(map[string]any)
 	}
-	valid := true
-	switch {
-	case nd.key == "":
-		p.errorf(item, "descriptor has an empty key in domain %q", p.domain)
-		valid = false
-	case seen[composite]:
-		p.errorf(item, "duplicate descriptor %s %q in domain %q", kind, strings.TrimPrefix(statsPrefix+composite, d.name+"."), p.domain)
-		valid = false
+	pl := place(&in, path, statsPrefix, seen, d)
+	if pl.bad != "" {
+		p.errorf(item, "%s", pl.bad)
 	}
-	seen[composite] = true
-	nd.pat = compilePattern(nd.value)
-	if flags[4] && !nd.pat.wild {
-		p.errorf(shareNode, "share_threshold: true needs a wildcard value containing \"*\", descriptor %q has value %q", composite, nd.value)
+	if pl.badShare != "" {
+		p.errorf(shareNode, "%s", pl.badShare)
 	}
-	lv := level{key: nd.key, value: nd.value, segment: composite, wild: nd.pat.wild,
-		share: flags[4] && nd.pat.wild, toMetric: flags[3]}
-	here := append(append(make([]level, 0, len(path)+1), path...), lv)
-	statsKey := statsPrefix + composite
-
 	var rules []*Rule
 	switch {
 	case !rl.IsNull() && !rls.IsNull():
-		p.errorf(rlsKey, "descriptor %q has both rate_limit and rate_limits, give it one or the other", composite)
+		p.errorf(rlsKey, "descriptor %q has both rate_limit and rate_limits, give it one or the other", pl.composite)
 	case !rl.IsNull():
 		if r := p.rateLimit(rl, false); r != nil {
 			rules = []*Rule{r}
 		}
 	case !rls.IsNull():
-		rules = p.rateLimits(rls, composite)
+		rules = p.rateLimits(rls, pl.composite)
 	}
-	for _, r := range rules {
-		r.Domain, r.StatsKey, r.Key, r.Value, r.Depth = d.name, statsKey, nd.key, nd.value, len(here)
-		if r.suffix != "" {
-			r.StatsKey += "." + r.suffix
-		}
-		if nd.pat.wild {
-			r.Pattern = nd.value
-		}
-		r.ShadowMode = r.ShadowMode || flags[0]
-		r.QuotaMode, r.DetailedMetric, r.ValueToMetric, r.ShareThreshold = flags[1], flags[2], flags[3], flags[4]
-		r.File, r.Line, r.levels = p.doc.File(), item.Line(), here
-		if metadata.Shape() == yamlconf.Map && metadata.Len() > 0 {
-			r.Metadata, _ = metadata.Value().(map[string]any)
-		}
-		r.leaf = children.Len() == 0
-		if valid {
-			d.rules = append(d.rules, r)
-		}
-	}
-	if len(rules) > 0 {
-		nd.rule = rules[0]
-	}
+	pl.attach(rules, &in, d)
 	sub := &levelIndex{}
-	p.list(children, sub, here, statsKey+".", d, depth+1)
+	p.list(children, sub, pl.here, pl.statsKey+".", d, depth+1)
 	if sub.byKey != nil {
-		nd.children = sub
+		pl.nd.children = sub
 	}
-	if valid {
-		idx.add(nd)
+	if pl.bad == "" {
+		idx.add(pl.nd)
 	}
 }
 
