@@ -39,12 +39,12 @@ vet:
 unit:
 	$(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
 
-# Runs each native fuzz target for FUZZTIME. Targets are found by name in
-# the test files, so a new target is fuzzed without editing this file.
+# Runs each native fuzz target of the packages PKGS names for FUZZTIME.
+# Targets are found by name in the test files, so a new target is fuzzed
+# without editing this file.
 fuzz:
-	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
-	  dir=$$(dirname $$f); \
-	  for t in $$(grep -h '^func Fuzz' $$f | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	@set -e; for dir in $$($(GO) list -f '{{.Dir}}' $(PKGS)); do \
+	  for t in $$(cat $$dir/*_test.go 2>/dev/null | grep '^func Fuzz' | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
 	    echo "fuzz $$dir $$t"; \
 	    $(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$dir; \
 	  done; \
