@@ -59,6 +59,8 @@ func TestFaultsScriptRunsEveryScenario(t *testing.T) {
 		{"it runs the Redis killed scenario", "\nredis_killed\n"},
 		{"it runs the Redis paused scenario", "\nredis_paused\n"},
 		{"it runs the SIGTERM scenario", "\nsigterm\n"},
+		{"it runs the bad reloads scenario", "\nbad_reloads\n"},
+		{"it swaps the runtime root", `mv -T "$rt/current.new" "$rt/current"`},
 		{"it prints the table's header", `echo "| scenario | tried | measured | held |"`},
 		{"it fails when a scenario did not hold", `exit "$failed"`},
 	}
@@ -142,6 +144,7 @@ func TestFaultsTableIsInTheDocs(t *testing.T) {
 		{"it has a row for Redis killed", "\n| 3. Redis killed"},
 		{"it has a row for Redis paused", "\n| 4. Redis paused"},
 		{"it has a row for SIGTERM", "\n| 5. SIGTERM"},
+		{"it has a row for bad reloads", "\n| 6. bad reloads"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

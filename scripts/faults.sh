@@ -16,7 +16,10 @@
 #   4. Redis paused (SIGSTOP) while a caller with a very short deadline calls: the
 #      other callers are not failed and the store is never marked down;
 #   5. SIGTERM with calls in flight: they are answered and the process
-#      exits within --shutdown-timeout.
+#      exits within --shutdown-timeout;
+#   6. bad reloads: a broken file written in place, then the runtime root
+#      swapped to an invalid config: the service keeps answering with the
+#      last good one, counts the failures, and takes a good one after.
 #
 #   scripts/faults.sh
 #
@@ -399,11 +402,80 @@ sigterm() {
     "$verdict"
 }
 
+# 6. Bad reloads -----------------------------------------------------------
+bad_reloads() {
+  local grpc http dbg rt=$work/rt
+  grpc=$(free_port) http=$(free_port) dbg=$(free_port)
+  mkdir -p "$rt/v1/app/config" "$rt/v2/app/config" "$rt/v3/app/config"
+  printf 'domain: reload\ndescriptors:\n  - key: r\n    rate_limit: {unit: hour, requests_per_unit: 3}\n' >"$rt/v1/app/config/reload.yaml"
+  printf 'domain: reload\ndescriptors:\n  - key: r\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n' >"$rt/v2/app/config/reload.yaml"
+  printf 'domain: reload\ndescriptors:\n  - key: r\n    rate_limit: {unit: hour, requests_per_unit: 7}\n' >"$rt/v3/app/config/reload.yaml"
+  ln -s v1 "$rt/current"
+  "$sluice" serve --runtime-root "$rt/current" --runtime-subdirectory app --grpc-addr "127.0.0.1:$grpc" \
+    --http-addr "127.0.0.1:$http" --debug-addr "127.0.0.1:$dbg" --log-level warn >"$work/reload.log" 2>&1 &
+  local spid=$!
+  pids+=("$spid")
+  wait_port "$http"
+  wait_port "$dbg"
+  limit() { # the limit the service answers for r=x, "error" when it does not answer one
+    curl -s --max-time 2 --data-binary '{"domain":"reload","descriptors":[{"entries":[{"key":"r","value":"x"}],"hitsAddend":"0"}]}' \
+      "http://127.0.0.1:$http/json" | sed -n 's/.*"requestsPerUnit":\([0-9]*\).*/\1/p' | grep . || echo error
+  }
+  failures() { # failed reloads so far (the series appears with the first)
+    local v
+    v=$(metric "$dbg" 'sluice_config_reloads_total{kind="descriptors",result="failure"}')
+    if [ "$v" = absent ]; then echo 0; else echo "$v"; fi
+  }
+  settle() { # wait up to 5 s for the failure count to leave $1 (or for the limit to become $2)
+    local i
+    for i in $(seq 50); do
+      if [ "$(failures)" != "$1" ] || [ "$(limit)" = "$2" ]; then return 0; fi
+      sleep 0.1
+    done
+  }
+  local before=$(limit) f0 steps=() healthy=0 checks=0
+  f0=$(failures)
+  # a. a broken file written in place of the good one
+  printf 'domain: reload\ndescriptors:\n  - key: r\n    rate_limit: {unit: hour, requests_per_unit: [\n' >"$rt/v1/app/config/reload.yaml.tmp"
+  mv "$rt/v1/app/config/reload.yaml.tmp" "$rt/v1/app/config/reload.yaml"
+  settle "$f0" none
+  steps+=("broken YAML in place: limit $(limit), failures $(failures)")
+  checks=$((checks + 1)); [ "$(health "$http")" = 200 ] && healthy=$((healthy + 1))
+  # b. the root swapped to a version with an invalid unit
+  local f1
+  f1=$(failures)
+  ln -sfn v2 "$rt/current.new" && mv -T "$rt/current.new" "$rt/current"
+  settle "$f1" none
+  steps+=("root swapped to an invalid unit: limit $(limit), failures $(failures)")
+  checks=$((checks + 1)); [ "$(health "$http")" = 200 ] && healthy=$((healthy + 1))
+  # c. the root swapped to a good version
+  ln -sfn v3 "$rt/current.new" && mv -T "$rt/current.new" "$rt/current"
+  settle "$(failures)" 7
+  local after
+  after=$(limit)
+  steps+=("root swapped to a good version: limit $after")
+  checks=$((checks + 1)); [ "$(health "$http")" = 200 ] && healthy=$((healthy + 1))
+  local last alive=yes
+  last=$(metric "$dbg" 'sluice_config_last_reload_successful{kind="descriptors"}')
+  kill -0 "$spid" 2>/dev/null || alive=no
+  local verdict=ok
+  if [ "$before" != 3 ] || [ "${steps[0]}" != "broken YAML in place: limit 3, failures $((f0 + 1))" ] ||
+    [ "${steps[1]}" != "root swapped to an invalid unit: limit 3, failures $((f0 + 2))" ] ||
+    [ "$after" != 7 ] || [ "$last" != 1 ] || [ "$healthy" != "$checks" ] || [ "$alive" != yes ]; then
+    verdict=FAILED
+  fi
+  row "6. bad reloads, then a good one" \
+    "\`--runtime-root\` on a symlink, limit 3/hour; a broken YAML file written in place, then the root swapped to a version with an invalid unit, then to a good version (7/hour)" \
+    "answered limit $before at start; $(printf '%s; ' "${steps[@]}")last reload successful $last; /healthcheck 200 in $healthy of $checks checks; process alive: $alive" \
+    "$verdict"
+}
+
 bad_inputs
 over_admission
 redis_killed
 redis_paused
 sigterm
+bad_reloads
 
 echo "scripts/faults.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sm), $(nproc) cores, $(go version | awk '{print $3}'), $(redis-server --version | awk '{print $3}')"
 echo
