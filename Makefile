@@ -10,7 +10,7 @@ BIN       ?= bin
 # IMAGE is the tag `make image` gives the container image.
 IMAGE     ?= sluice:latest
 
-.PHONY: all build image test unit fuzz vet fmt bench proto
+.PHONY: all build image test unit fuzz vet fmt bench bench-peers proto
 
 all: build
 
@@ -55,6 +55,12 @@ fmt:
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
+
+# Sluice's Go library beside the in-process limiters Go users pick, on
+# 1,048,576 keys, in the module bench/peers (the main module never depends
+# on them); 1 and 2 cores, and the heap each keeps per live bucket.
+bench-peers:
+	cd bench/peers && $(GO) test -run=TestMemoryPerBucket -bench=. -benchmem -cpu 1,2 -v . | grep -E '^(Benchmark|memory per)'
 
 # Regenerates the Go code of api/sluice/v1/*.proto (the key-value API,
 # its runtime overrides and the descriptor counters admin API)
