@@ -12,7 +12,9 @@
 // state the script read with store.Evaluate, as the memory store decides.
 // Lua's numbers are doubles, so the script does its nanosecond arithmetic on
 // exact (seconds, nanoseconds) pairs; see batchScript. Concurrent calls are
-// pipelined over a few connections per node (rueidis auto-pipelining).
+// pipelined over one connection per node (rueidis auto-pipelining), whose
+// writer waits up to Options.MaxFlushDelay while calls are in flight, to
+// send many calls' commands in one write.
 //
 // # Keys, values and expiry
 //
@@ -138,6 +140,11 @@ const (
 // the fallback policy quickly rather than wait for a sick Redis.
 const DefaultTimeout = 100 * time.Millisecond
 
+// DefaultMaxFlushDelay is Options.MaxFlushDelay's default. With one
+// connection per node it halved the Redis client's CPU per call under
+// load (BENCHMARKS.md, issue 16), for at most 20µs of latency.
+const DefaultMaxFlushDelay = 20 * time.Microsecond
+
 // Options configure a Store. Addrs is required; every other field has a
 // usable zero value.
 type Options struct {
@@ -188,12 +195,16 @@ type Options struct {
 	// counts are the same. Default 0; at most 24h.
 	ExpirationJitter time.Duration
 	// PipelineMultiplex: concurrent calls are pipelined over 2^n
-	// connections per node. Zero means rueidis's default (4 connections for
-	// Single and Sentinel, 1 per node for Cluster); range 0 to 8.
+	// connections per node. Default 0: one connection per node, in every
+	// mode, so that concurrent calls share each write and read; range 0
+	// to 8.
 	PipelineMultiplex int
-	// MaxFlushDelay, when positive, lets each connection wait up to this
-	// long to gather more pipelined commands per write: less CPU, more
-	// latency. Default 0; 20µs is a reasonable value under heavy load.
+	// MaxFlushDelay is how long a connection may wait, while other calls
+	// are in flight on it, to gather their commands into one write: fewer
+	// write syscalls and goroutine wake-ups per call for at most this much
+	// more latency. A call alone on its connection is written at once.
+	// Zero means DefaultMaxFlushDelay (20µs); negative means always write
+	// at once.
 	MaxFlushDelay time.Duration
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -273,6 +284,19 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// rueidis reads PipelineMultiplex 0 as its own default (several
+	// connections to a single node) and a negative one as 2^0.
+	multiplex := o.PipelineMultiplex
+	if multiplex == 0 {
+		multiplex = -1
+	}
+	flushDelay := o.MaxFlushDelay
+	switch {
+	case flushDelay == 0:
+		flushDelay = DefaultMaxFlushDelay
+	case flushDelay < 0:
+		flushDelay = 0
+	}
 	dialer := net.Dialer{Timeout: o.DialTimeout, KeepAlive: time.Second}
 	// A connection that has not answered for this long is broken; calls
 	// give up earlier (Timeout), this only recycles the connection.
@@ -286,8 +310,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		ClientName:        "sluice",
 		DisableCache:      true,
 		ConnWriteTimeout:  connTimeout,
-		PipelineMultiplex: o.PipelineMultiplex,
-		MaxFlushDelay:     o.MaxFlushDelay,
+		PipelineMultiplex: multiplex,
+		MaxFlushDelay:     flushDelay,
 		ForceSingleClient: o.Mode == Single,
 		// One immediate retry of a retryable command after a connection
 		// error (typically a stale idle connection to a restarted
