@@ -82,7 +82,9 @@
 //
 // # Failures
 //
-// Every call is bounded by Options.Timeout. Errors from an unreachable,
+// Every call is bounded by Options.Timeout (to within a 64th of it: calls
+// that start in the same 64th share one deadline, see deadline.go), or by
+// the caller's own deadline when that is sooner. Errors from an unreachable,
 // timed-out or not-ready Redis (connection refused or reset, deadline,
 // CLUSTERDOWN, LOADING, MASTERDOWN, READONLY, TRYAGAIN) wrap
 // store.ErrUnavailable; other error replies are returned as they are.
@@ -229,6 +231,7 @@ type Store struct {
 	sha           string // batchScript's SHA-1
 	clock         clock.Clock
 	m             *metrics
+	shared        sharedDeadline
 }
 
 // New connects to Redis as o says and returns a Store. It fails, with an
@@ -362,6 +365,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		sha:           scriptSHA,
 		clock:         o.Clock,
 		m:             m,
+		shared:        sharedDeadline{timeout: o.Timeout, grain: o.Timeout / 64},
 	}
 	if err := s.Ping(ctx); err != nil {
 		client.Close()
@@ -434,6 +438,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the connections. Do must not be called afterwards.
 func (s *Store) Close() error {
 	s.client.Close()
+	s.shared.close()
 	return nil
 }
 
