@@ -83,7 +83,12 @@ if [ -n "${REDIS_CLUSTER:-}" ]; then
   until redis-cli -p $((REDIS_PORT + 1)) cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
 fi
 
-wait_port() { until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do sleep 0.1; done; }
+wait_port() { # port [pid]: fails if the process dies first
+  until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+    if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then echo "bench-rls: the server for port $1 exited" >&2; exit 1; fi
+    sleep 0.1
+  done
+}
 
 commands() { # "client all": command calls so far, sent by clients and in total
   redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' | awk -F'[:=,]' '
@@ -113,7 +118,7 @@ serve_sluice() { # name port [flags...]
     --http-addr "127.0.0.1:$((port - 1))" --debug-addr off --log-level warn "$@" &
   pids+=($!)
   names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
-  wait_port "$port"
+  wait_port "$port" $!
 }
 
 serve_sluice "sluice memory" 48081
@@ -125,7 +130,7 @@ if [ -n "${BASE_BIN:-}" ]; then
     --http-addr 127.0.0.1:48086 --debug-addr off --log-level warn --store redis --redis-addr "127.0.0.1:$REDIS_PORT" &
   pids+=($!)
   names+=("sluice redis base") addrs+=("127.0.0.1:48087") spids+=($!)
-  wait_port 48087
+  wait_port 48087 $!
 fi
 if [ ${#cluster_addrs[@]} -gt 0 ]; then
   serve_sluice "sluice redis cluster" 48089 --store redis --redis-mode cluster --redis-addr "$(IFS=,; echo "${cluster_addrs[*]}")"
@@ -138,7 +143,7 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
     PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
   pids+=($!)
   names+=("envoyproxy/ratelimit") addrs+=("127.0.0.1:48091") spids+=($!)
-  wait_port 48091
+  wait_port 48091 $!
 fi
 
 measure() { # name addr pid descriptors callers
