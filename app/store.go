@@ -108,7 +108,7 @@ func (a *App) redisOptions(r RedisOptions, flag string) (redis.Options, error) {
 		MasterName:      r.MasterName,
 		Username:        r.Username,
 		Password:        r.Password,
-		MaxFlushDelay:   flushDelay(r.MaxFlushDelay),
+		MaxFlushDelay:   r.MaxFlushDelay,
 		Timeout:         r.Timeout,
 		KeyPrefix:       r.KeyPrefix,
 		ClockServer:     r.Clock == "server",
@@ -136,15 +136,6 @@ func (a *App) redisOptions(r RedisOptions, flag string) (redis.Options, error) {
 		ro.TLS = cfg
 	}
 	return ro, nil
-}
-
-// flushDelay translates --redis-max-flush-delay, where 0 means write at
-// once, to redis.Options.MaxFlushDelay, where it means the default.
-func flushDelay(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // newMemcache connects to the memcached servers.

@@ -12,9 +12,9 @@
 // state the script read with store.Evaluate, as the memory store decides.
 // Lua's numbers are doubles, so the script does its nanosecond arithmetic on
 // exact (seconds, nanoseconds) pairs; see batchScript. Concurrent calls are
-// pipelined over one connection per node (rueidis auto-pipelining), whose
-// writer waits up to Options.MaxFlushDelay while calls are in flight, to
-// send many calls' commands in one write.
+// pipelined over one connection per node (rueidis auto-pipelining); with
+// Options.MaxFlushDelay its writer waits a little while calls are in
+// flight, to send more calls' commands in one write.
 //
 // # Keys, values and expiry
 //
@@ -142,12 +142,6 @@ const (
 // the fallback policy quickly rather than wait for a sick Redis.
 const DefaultTimeout = 100 * time.Millisecond
 
-// DefaultMaxFlushDelay is Options.MaxFlushDelay's default. With one
-// connection per node it cut the Redis client's CPU per call under load
-// by a fifth in the server and by half in the store benchmarks
-// (BENCHMARKS.md, issue 16), for at most 20µs of latency.
-const DefaultMaxFlushDelay = 20 * time.Microsecond
-
 // Options configure a Store. Addrs is required; every other field has a
 // usable zero value.
 type Options struct {
@@ -202,12 +196,13 @@ type Options struct {
 	// mode, so that concurrent calls share each write and read; range 0
 	// to 8.
 	PipelineMultiplex int
-	// MaxFlushDelay is how long a connection may wait, while other calls
-	// are in flight on it, to gather their commands into one write: fewer
-	// write syscalls and goroutine wake-ups per call for at most this much
-	// more latency. A call alone on its connection is written at once.
-	// Zero means DefaultMaxFlushDelay (20µs); negative means always write
-	// at once.
+	// MaxFlushDelay, when positive, is how long a connection may wait,
+	// while other calls are in flight on it, to gather their commands into
+	// one write: fewer write syscalls per call for at most this much more
+	// latency; a call alone on its connection is written at once. It pays
+	// only with many calls in flight (about 32 and more on one node):
+	// with fewer, the waiting writer costs more CPU than the writes it
+	// saves (BENCHMARKS.md, issue 16). Default 0: write at once.
 	MaxFlushDelay time.Duration
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -294,13 +289,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if multiplex == 0 {
 		multiplex = -1
 	}
-	flushDelay := o.MaxFlushDelay
-	switch {
-	case flushDelay == 0:
-		flushDelay = DefaultMaxFlushDelay
-	case flushDelay < 0:
-		flushDelay = 0
-	}
+	flushDelay := max(o.MaxFlushDelay, 0)
 	dialer := net.Dialer{Timeout: o.DialTimeout, KeepAlive: time.Second}
 	// A connection that has not answered for this long is broken; calls
 	// give up earlier (Timeout), this only recycles the connection.
