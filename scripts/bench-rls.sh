@@ -38,8 +38,9 @@
 # "sluice redis base": that binary on the same Redis with the same flags as
 # "sluice redis", measured in the same rounds, for an interleaved A/B.
 # REDIS_CLUSTER=1 also starts a Redis Cluster of three masters (ports
-# REDIS_PORT+1 to +3, cluster-enabled, made with redis-cli --cluster
-# create) and adds "sluice redis cluster" (--redis-mode cluster) on it; the
+# REDIS_PORT+1 to +3, and +10001 to +10003 for the cluster bus: keep them
+# below the ephemeral range, 32768, e.g. REDIS_PORT=16379; made with
+# redis-cli --cluster create) and adds "sluice redis cluster" (--redis-mode cluster) on it; the
 # Redis columns (redis_cpu, cmds, reads) always describe the single Redis.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,7 +78,10 @@ if [ -n "${REDIS_CLUSTER:-}" ]; then
       --cluster-enabled yes --cluster-config-file nodes.conf >redis.log 2>&1) &
     pids+=($!)
     cluster_addrs+=("127.0.0.1:$p")
-    until redis-cli -p "$p" ping >/dev/null 2>&1; do sleep 0.1; done
+    until redis-cli -p "$p" ping >/dev/null 2>&1; do
+      if ! kill -0 "$!" 2>/dev/null; then tail -3 "$work/cluster-$p/redis.log" >&2; exit 1; fi
+      sleep 0.1
+    done
   done
   redis-cli --cluster create "${cluster_addrs[@]}" --cluster-yes >"$work/cluster-create.log" 2>&1
   until redis-cli -p $((REDIS_PORT + 1)) cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
