@@ -34,6 +34,14 @@
 # SERVER_CPUS=1 LOAD_CPUS=0), every server runs pinned to SERVER_CPUS and
 # Redis and the load generator to LOAD_CPUS (taskset -c), so that the
 # server under test has cores of its own, as in a deployment.
+# BASE_BIN, a sluice binary built elsewhere (say at an older commit), adds
+# "sluice redis base": that binary on the same Redis with the same flags as
+# "sluice redis", measured in the same rounds, for an interleaved A/B.
+# REDIS_CLUSTER=1 also starts a Redis Cluster of three masters (ports
+# REDIS_PORT+1 to +3, and +10001 to +10003 for the cluster bus: keep them
+# below the ephemeral range, 32768, e.g. REDIS_PORT=16379; made with
+# redis-cli --cluster create) and adds "sluice redis cluster" (--redis-mode cluster) on it; the
+# Redis columns (redis_cpu, cmds, reads) always describe the single Redis.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,8 +70,29 @@ ${load_pin[@]+"${load_pin[@]}"} redis-server --port "$REDIS_PORT" --bind 127.0.0
 pids+=($!)
 redis_pid=$!
 until redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do sleep 0.1; done
+cluster_addrs=()
+if [ -n "${REDIS_CLUSTER:-}" ]; then
+  for p in $((REDIS_PORT + 1)) $((REDIS_PORT + 2)) $((REDIS_PORT + 3)); do
+    mkdir -p "$work/cluster-$p"
+    (cd "$work/cluster-$p" && exec ${load_pin[@]+"${load_pin[@]}"} redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
+      --cluster-enabled yes --cluster-config-file nodes.conf >redis.log 2>&1) &
+    pids+=($!)
+    cluster_addrs+=("127.0.0.1:$p")
+    until redis-cli -p "$p" ping >/dev/null 2>&1; do
+      if ! kill -0 "$!" 2>/dev/null; then tail -3 "$work/cluster-$p/redis.log" >&2; exit 1; fi
+      sleep 0.1
+    done
+  done
+  redis-cli --cluster create "${cluster_addrs[@]}" --cluster-yes >"$work/cluster-create.log" 2>&1
+  until redis-cli -p $((REDIS_PORT + 1)) cluster info | grep -q 'cluster_state:ok'; do sleep 0.1; done
+fi
 
-wait_port() { until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do sleep 0.1; done; }
+wait_port() { # port [pid]: fails if the process dies first
+  until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+    if [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null; then echo "bench-rls: the server for port $1 exited" >&2; exit 1; fi
+    sleep 0.1
+  done
+}
 
 commands() { # "client all": command calls so far, sent by clients and in total
   redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' | awk -F'[:=,]' '
@@ -93,12 +122,23 @@ serve_sluice() { # name port [flags...]
     --http-addr "127.0.0.1:$((port - 1))" --debug-addr off --log-level warn "$@" &
   pids+=($!)
   names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
-  wait_port "$port"
+  wait_port "$port" $!
 }
 
 serve_sluice "sluice memory" 48081
 serve_sluice "sluice redis" 48083 --store redis --redis-addr "127.0.0.1:$REDIS_PORT"
 serve_sluice "sluice redis lua" 48085 --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false
+if [ -n "${BASE_BIN:-}" ]; then
+  cp "$BASE_BIN" "$work/sluice-base"
+  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice-base" serve --config examples/config --grpc-addr 127.0.0.1:48087 \
+    --http-addr 127.0.0.1:48086 --debug-addr off --log-level warn --store redis --redis-addr "127.0.0.1:$REDIS_PORT" &
+  pids+=($!)
+  names+=("sluice redis base") addrs+=("127.0.0.1:48087") spids+=($!)
+  wait_port 48087 $!
+fi
+if [ ${#cluster_addrs[@]} -gt 0 ]; then
+  serve_sluice "sluice redis cluster" 48089 --store redis --redis-mode cluster --redis-addr "$(IFS=,; echo "${cluster_addrs[*]}")"
+fi
 if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   mkdir -p "$work/runtime/ratelimit/config"
   cp examples/config/bench.yaml "$work/runtime/ratelimit/config/"
@@ -107,7 +147,7 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
     PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
   pids+=($!)
   names+=("envoyproxy/ratelimit") addrs+=("127.0.0.1:48091") spids+=($!)
-  wait_port 48091
+  wait_port 48091 $!
 fi
 
 measure() { # name addr pid descriptors callers

@@ -13,7 +13,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/window"
@@ -68,14 +67,18 @@ func (s *Store) Do(ctx context.Context, now time.Time, b store.Batch, out []stor
 	}
 	start := s.clock.Now()
 	// A caller's deadline within the timeout bounds the call already (Envoy
-	// sends its rate limit filter's timeout, 20ms by default): no timer.
-	if left, ok := clock.UntilDeadline(ctx); !ok || left > s.timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	err := s.do(ctx, now, b, out)
+	// sends its rate limit filter's timeout, 20ms by default); otherwise a
+	// deadline shared with the calls that start about now: no timer per
+	// call either way.
+	callCtx := s.shared.bound(ctx)
+	err := s.do(callCtx, now, b, out)
 	s.m.observe(s.clock.Now().Sub(start))
+	if err != nil && callCtx != ctx && ctx.Err() != nil {
+		// The caller went away during a call that then failed (and was
+		// counted): say so, as a call on the caller's own context would
+		// have.
+		return fmt.Errorf("redis: %w", ctx.Err())
+	}
 	return err
 }
 

@@ -12,7 +12,9 @@
 // state the script read with store.Evaluate, as the memory store decides.
 // Lua's numbers are doubles, so the script does its nanosecond arithmetic on
 // exact (seconds, nanoseconds) pairs; see batchScript. Concurrent calls are
-// pipelined over a few connections per node (rueidis auto-pipelining).
+// pipelined over one connection per node (rueidis auto-pipelining); with
+// Options.MaxFlushDelay its writer waits a little while calls are in
+// flight, to send more calls' commands in one write.
 //
 // # Keys, values and expiry
 //
@@ -80,7 +82,9 @@
 //
 // # Failures
 //
-// Every call is bounded by Options.Timeout. Errors from an unreachable,
+// Every call is bounded by Options.Timeout (to within a 64th of it: calls
+// that start in the same 64th share one deadline, see deadline.go), or by
+// the caller's own deadline when that is sooner. Errors from an unreachable,
 // timed-out or not-ready Redis (connection refused or reset, deadline,
 // CLUSTERDOWN, LOADING, MASTERDOWN, READONLY, TRYAGAIN) wrap
 // store.ErrUnavailable; other error replies are returned as they are.
@@ -188,12 +192,17 @@ type Options struct {
 	// counts are the same. Default 0; at most 24h.
 	ExpirationJitter time.Duration
 	// PipelineMultiplex: concurrent calls are pipelined over 2^n
-	// connections per node. Zero means rueidis's default (4 connections for
-	// Single and Sentinel, 1 per node for Cluster); range 0 to 8.
+	// connections per node. Default 0: one connection per node, in every
+	// mode, so that concurrent calls share each write and read; range 0
+	// to 8.
 	PipelineMultiplex int
-	// MaxFlushDelay, when positive, lets each connection wait up to this
-	// long to gather more pipelined commands per write: less CPU, more
-	// latency. Default 0; 20µs is a reasonable value under heavy load.
+	// MaxFlushDelay, when positive, is how long a connection may wait,
+	// while other calls are in flight on it, to gather their commands into
+	// one write: fewer write syscalls per call for at most this much more
+	// latency; a call alone on its connection is written at once. It pays
+	// only with many calls in flight (about 32 and more on one node):
+	// with fewer, the waiting writer costs more CPU than the writes it
+	// saves (BENCHMARKS.md, issue 16). Default 0: write at once.
 	MaxFlushDelay time.Duration
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -218,6 +227,7 @@ type Store struct {
 	sha           string // batchScript's SHA-1
 	clock         clock.Clock
 	m             *metrics
+	shared        sharedDeadline
 }
 
 // New connects to Redis as o says and returns a Store. It fails, with an
@@ -273,6 +283,13 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// rueidis reads PipelineMultiplex 0 as its own default (several
+	// connections to a single node) and a negative one as 2^0.
+	multiplex := o.PipelineMultiplex
+	if multiplex == 0 {
+		multiplex = -1
+	}
+	flushDelay := max(o.MaxFlushDelay, 0)
 	dialer := net.Dialer{Timeout: o.DialTimeout, KeepAlive: time.Second}
 	// A connection that has not answered for this long is broken; calls
 	// give up earlier (Timeout), this only recycles the connection.
@@ -286,8 +303,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		ClientName:        "sluice",
 		DisableCache:      true,
 		ConnWriteTimeout:  connTimeout,
-		PipelineMultiplex: o.PipelineMultiplex,
-		MaxFlushDelay:     o.MaxFlushDelay,
+		PipelineMultiplex: multiplex,
+		MaxFlushDelay:     flushDelay,
 		ForceSingleClient: o.Mode == Single,
 		// One immediate retry of a retryable command after a connection
 		// error (typically a stale idle connection to a restarted
@@ -338,6 +355,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		sha:           scriptSHA,
 		clock:         o.Clock,
 		m:             m,
+		shared:        sharedDeadline{timeout: o.Timeout, grain: o.Timeout / 64},
 	}
 	if err := s.Ping(ctx); err != nil {
 		client.Close()
@@ -410,6 +428,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the connections. Do must not be called afterwards.
 func (s *Store) Close() error {
 	s.client.Close()
+	s.shared.close()
 	return nil
 }
 

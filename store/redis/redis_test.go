@@ -752,15 +752,17 @@ func BenchmarkDecision(b *testing.B) {
 	b.ReportAllocs()
 	// Many requests in flight, as in a server: rueidis pipelines them.
 	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		key := "bench" + strconv.FormatInt(n.Add(1), 10)
-		out := make([]store.Result, 1)
-		batch := store.Batch{Ops: []store.Op{{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1}}}
-		for pb.Next() {
-			if err := s.Do(context.Background(), base, batch, out); err != nil {
-				b.Fatal(err)
+	reportCPU(b, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			key := "bench" + strconv.FormatInt(n.Add(1), 10)
+			out := make([]store.Result, 1)
+			batch := store.Batch{Ops: []store.Op{{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1}}}
+			for pb.Next() {
+				if err := s.Do(context.Background(), base, batch, out); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
+		})
 	})
 }
 
@@ -771,19 +773,21 @@ func BenchmarkBatchOfFive(b *testing.B) {
 	b.ReportAllocs()
 	// Many requests in flight, as in a server: rueidis pipelines them.
 	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		id := strconv.FormatInt(n.Add(1), 10)
-		batch := store.Batch{AllOrNothing: true}
-		for i := range 4 {
-			batch.Ops = append(batch.Ops, store.Op{Key: "b" + id + "-" + strconv.Itoa(i), Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1})
-		}
-		batch.Ops = append(batch.Ops, store.Op{Key: "w" + id + "_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 1 << 40, Length: time.Hour}, Cost: 1})
-		out := make([]store.Result, len(batch.Ops))
-		for pb.Next() {
-			if err := s.Do(context.Background(), base, batch, out); err != nil {
-				b.Fatal(err)
+	reportCPU(b, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			id := strconv.FormatInt(n.Add(1), 10)
+			batch := store.Batch{AllOrNothing: true}
+			for i := range 4 {
+				batch.Ops = append(batch.Ops, store.Op{Key: "b" + id + "-" + strconv.Itoa(i), Algorithm: store.GCRA, Kind: store.Spend, Limit: lim, Cost: 1})
 			}
-		}
+			batch.Ops = append(batch.Ops, store.Op{Key: "w" + id + "_", Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 1 << 40, Length: time.Hour}, Cost: 1})
+			out := make([]store.Result, len(batch.Ops))
+			for pb.Next() {
+				if err := s.Do(context.Background(), base, batch, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	})
 }
 
@@ -825,19 +829,21 @@ func BenchmarkEnvoyWindowsOfFive(b *testing.B) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		id := strconv.FormatInt(n.Add(1), 10)
-		var batch store.Batch
-		for i := range 5 {
-			batch.Ops = append(batch.Ops, store.Op{Key: "bench_k" + strconv.Itoa(i) + "_v" + id + "_", Algorithm: store.FixedWindow,
-				Kind: store.Spend, Window: store.Window{Limit: 1 << 30, Length: time.Minute}, Cost: 1})
-		}
-		out := make([]store.Result, len(batch.Ops))
-		for pb.Next() {
-			if err := s.Do(context.Background(), base, batch, out); err != nil {
-				b.Fatal(err)
+	reportCPU(b, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			id := strconv.FormatInt(n.Add(1), 10)
+			var batch store.Batch
+			for i := range 5 {
+				batch.Ops = append(batch.Ops, store.Op{Key: "bench_k" + strconv.Itoa(i) + "_v" + id + "_", Algorithm: store.FixedWindow,
+					Kind: store.Spend, Window: store.Window{Limit: 1 << 30, Length: time.Minute}, Cost: 1})
 			}
-		}
+			out := make([]store.Result, len(batch.Ops))
+			for pb.Next() {
+				if err := s.Do(context.Background(), base, batch, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	})
 }
 
