@@ -298,22 +298,28 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 	}()
 
 	var (
-		stBuf   [32]store.State
-		wBuf    [32]store.Write
-		slotBuf [32]int
+		stBuf [32]store.State
+		wBuf  [32]store.Write
 	)
-	states, writes, slots := stBuf[:], wBuf[:], slotBuf[:]
+	states, writes := stBuf[:], wBuf[:]
 	if len(ops) > len(stBuf) {
 		states = make([]store.State, len(ops))
 		writes = make([]store.Write, len(ops))
-		slots = make([]int, len(ops))
 	}
 	for i := range ops {
-		states[i], slots[i] = s.shards[idx[i]].get(ops[i].Key, nowNs)
+		states[i], _ = s.shards[idx[i]].get(ops[i].Key, nowNs)
 	}
 	store.Evaluate(now, b, states, out, writes)
 	for i := range ops {
-		s.shards[idx[i]].do(writes[i], &ops[i], states[i], slots[i], nowNs)
+		// An earlier write of the batch may have inserted a bucket and
+		// swept expired ones, freeing (and reusing) the slot found above:
+		// find the bucket again.
+		sh := &s.shards[idx[i]]
+		slot := -1
+		if j, ok := sh.index[ops[i].Key]; ok {
+			slot = int(j)
+		}
+		sh.do(writes[i], &ops[i], states[i], slot, nowNs)
 	}
 	return nil
 }

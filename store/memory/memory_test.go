@@ -104,3 +104,42 @@ func TestLongBatches(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose first write inserts a bucket, and with it sweeps expired
+// ones, keeps the state of a later bucket of the batch that the sweep
+// removed: it is found again before it is written.
+func TestABatchSurvivesTheSweepOfItsOwnInsert(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{Shards: 1})
+	ctx := context.Background()
+	now := storetest.Base()
+	l := gcra.Limit{Burst: 5, Count: 10, Period: time.Second}
+	spend := func(key string, cost int64) store.Op {
+		return store.Op{Key: key, Algorithm: store.GCRA, Kind: store.Spend, Limit: l, Cost: cost}
+	}
+	out := make([]store.Result, 2)
+	// Seven buckets, full again a second later: the next insert, the
+	// eighth, sweeps them.
+	for i := range 7 {
+		if err := s.Do(ctx, now, store.Batch{Ops: []store.Op{spend(fmt.Sprint("old", i), 1)}}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(time.Second)
+	// The new bucket first, then an expired one the sweep removes.
+	if err := s.Do(ctx, now, store.Batch{Ops: []store.Op{spend("new", 1), spend("old3", 3)}}, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key  string
+		want int64
+	}{{"new", 4}, {"old3", 2}} {
+		peek := store.Op{Key: tc.key, Algorithm: store.GCRA, Kind: store.Check, Limit: l}
+		if err := s.Do(ctx, now, store.Batch{Ops: []store.Op{peek}}, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Remaining != tc.want {
+			t.Errorf("%s after the batch: got %d remaining, want %d", tc.key, out[0].Remaining, tc.want)
+		}
+	}
+}
