@@ -241,3 +241,48 @@ type OverrideStore interface {
 // ErrUnsupported reports a store that does not keep runtime overrides (see
 // OverrideStore).
 var ErrUnsupported = errors.New("the store does not keep runtime overrides")
+
+// ForwardOverrides implements OverrideStore for a wrapper store by passing
+// every call to the store it names, the one that holds the buckets (a
+// fallback's primary, a split's main store), and answering ErrUnsupported
+// when that store does not keep overrides. Embed it in the wrapper.
+type ForwardOverrides struct {
+	To Store
+}
+
+var _ OverrideStore = ForwardOverrides{}
+
+// to returns the named store as an OverrideStore, or ErrUnsupported.
+func (f ForwardOverrides) to() (OverrideStore, error) {
+	if o, ok := f.To.(OverrideStore); ok {
+		return o, nil
+	}
+	return nil, fmt.Errorf("%w: %T", ErrUnsupported, f.To)
+}
+
+// Overrides implements OverrideStore.
+func (f ForwardOverrides) Overrides(ctx context.Context) (map[string][]byte, error) {
+	o, err := f.to()
+	if err != nil {
+		return nil, err
+	}
+	return o.Overrides(ctx)
+}
+
+// SaveOverride implements OverrideStore.
+func (f ForwardOverrides) SaveOverride(ctx context.Context, key string, doc []byte) error {
+	o, err := f.to()
+	if err != nil {
+		return err
+	}
+	return o.SaveOverride(ctx, key, doc)
+}
+
+// DeleteOverride implements OverrideStore.
+func (f ForwardOverrides) DeleteOverride(ctx context.Context, key string) (bool, error) {
+	o, err := f.to()
+	if err != nil {
+		return false, err
+	}
+	return o.DeleteOverride(ctx, key)
+}

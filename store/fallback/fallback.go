@@ -101,6 +101,8 @@ type Options struct {
 // Store is a store.Store that falls back on a policy when its primary is
 // unavailable. Create it with New; it is safe for concurrent use.
 type Store struct {
+	store.ForwardOverrides // to the primary
+
 	primary store.Store
 	local   store.Store // nil unless the policy is Local
 	policy  Policy
@@ -155,7 +157,7 @@ func New(primary store.Store, policy Policy, local store.Store, o Options) (*Sto
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{primary: primary, local: local, policy: policy, o: o, log: log, m: m, stop: make(chan struct{})}
+	s := &Store{ForwardOverrides: store.ForwardOverrides{To: primary}, primary: primary, local: local, policy: policy, o: o, log: log, m: m, stop: make(chan struct{})}
 	s.healthy.Store(true)
 	m.up.Set(1)
 	return s, nil

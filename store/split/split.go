@@ -55,6 +55,8 @@ var _ store.Store = (*Store)(nil)
 // Store routes each operation to the main or the per-second store. Create
 // it with New; it is safe for concurrent use when both stores are.
 type Store struct {
+	store.ForwardOverrides // to main
+
 	main, perSecond store.Store
 }
 
@@ -65,7 +67,7 @@ func New(main, perSecond store.Store) (*Store, error) {
 	if main == nil || perSecond == nil {
 		return nil, errors.New("split: both a main and a per-second store are required")
 	}
-	return &Store{main: main, perSecond: perSecond}, nil
+	return &Store{ForwardOverrides: store.ForwardOverrides{To: main}, main: main, perSecond: perSecond}, nil
 }
 
 // PerSecond reports whether op goes to the per-second store: a fixed window
