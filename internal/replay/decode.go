@@ -438,18 +438,8 @@ func (d *decoder) members(f func(key []byte) error) error {
 		if err := f(key); err != nil {
 			return err
 		}
-		d.ws()
-		if d.i >= len(d.b) {
-			return d.fail("unexpected end of line inside an object")
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return nil
-		default:
-			return d.fail("want ',' or '}', got %q", d.b[d.i])
+		if end, err := d.next('}', "an object"); end || err != nil {
+			return err
 		}
 	}
 }
@@ -466,20 +456,29 @@ func (d *decoder) elements(f func(k int) error) error {
 		if err := f(k); err != nil {
 			return err
 		}
-		d.ws()
-		if d.i >= len(d.b) {
-			return d.fail("unexpected end of line inside an array")
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return nil
-		default:
-			return d.fail("want ',' or ']', got %q", d.b[d.i])
+		if end, err := d.next(']', "an array"); end || err != nil {
+			return err
 		}
 	}
+}
+
+// next reads what follows a member of an object or an element of an array
+// (inside names which): ',' before another, or close at the end, which it
+// reports.
+func (d *decoder) next(close byte, inside string) (end bool, err error) {
+	d.ws()
+	if d.i >= len(d.b) {
+		return false, d.fail("unexpected end of line inside %s", inside)
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		return false, nil
+	case close:
+		d.i++
+		return true, nil
+	}
+	return false, d.fail("want ',' or '%c', got %q", close, d.b[d.i])
 }
 
 func (d *decoder) ws() {
