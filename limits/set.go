@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -211,15 +212,7 @@ func (s *Set) Names() []Name {
 	for _, e := range s.names {
 		names = append(names, e.name)
 	}
-	slices.SortFunc(names, func(a, b Name) int {
-		switch {
-		case a.Enum < b.Enum:
-			return -1
-		case a.Enum > b.Enum:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(names, func(a, b Name) int { return cmp.Compare(a.Enum, b.Enum) })
 	return names
 }
 

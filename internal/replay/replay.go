@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -372,14 +373,6 @@ func (r *Replayer) Summary() Summary {
 			res.FirstOver = t
 		}
 	}
-	slices.SortFunc(s.Rules, func(a, b Result) int {
-		switch {
-		case a.Rule < b.Rule:
-			return -1
-		case a.Rule > b.Rule:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.Rules, func(a, b Result) int { return strings.Compare(a.Rule, b.Rule) })
 	return s
 }
