@@ -52,17 +52,7 @@ func (g *overridesGRPC) call(ctx context.Context, method string, serve func(who 
 // caller checks the credentials of a gRPC call, as overrideCaller does for
 // HTTP, and returns who made it.
 func (g *overridesGRPC) caller(ctx context.Context) (string, error) {
-	a := g.kv.guard
-	if !a.on() {
-		return "", errNoAdmin
-	}
-	if a.Token != "" && (AdminAuth{Token: a.Token}).allowGRPC(ctx) == nil {
-		return "token", nil
-	}
-	if a.ClientSAN != "" && (AdminAuth{ClientSAN: a.ClientSAN}).allowGRPC(ctx) == nil {
-		return "client certificate " + a.ClientSAN, nil
-	}
-	return "", errNotAdmin
+	return overrideCaller(g.kv.guard, func(one AdminAuth) error { return one.allowGRPC(ctx) })
 }
 
 // ListOverrides implements sluicev1.OverridesServer.

@@ -121,14 +121,21 @@ func (kv *KV) serveOverride(w http.ResponseWriter, r *http.Request) (string, int
 // credentials configured, every call is refused. It returns who made the
 // call, for the log: "token" or "client certificate <SAN>".
 func (kv *KV) overrideCaller(r *http.Request) (string, error) {
-	g := kv.guard
+	return overrideCaller(kv.guard, func(one AdminAuth) error { return one.allowHTTP(r) })
+}
+
+// overrideCaller tells which of g's credentials a call to the overrides
+// API carries, allow checking the call against one of them: "token" or
+// "client certificate <SAN>"; errNoAdmin when g has none, errNotAdmin
+// when the call carries neither.
+func overrideCaller(g AdminAuth, allow func(AdminAuth) error) (string, error) {
 	if !g.on() {
 		return "", errNoAdmin
 	}
-	if g.Token != "" && (AdminAuth{Token: g.Token}).allowHTTP(r) == nil {
+	if g.Token != "" && allow(AdminAuth{Token: g.Token}) == nil {
 		return "token", nil
 	}
-	if g.ClientSAN != "" && (AdminAuth{ClientSAN: g.ClientSAN}).allowHTTP(r) == nil {
+	if g.ClientSAN != "" && allow(AdminAuth{ClientSAN: g.ClientSAN}) == nil {
 		return "client certificate " + g.ClientSAN, nil
 	}
 	return "", errNotAdmin
