@@ -60,6 +60,8 @@ func replayCmd(args []string, stdout, stderr io.Writer) int {
 		return usage("--compare reads the log twice: give a file, not standard input")
 	case *nearRatio <= 0 || *nearRatio > 1:
 		return usage("--near-limit-ratio %s is outside (0, 1]", strconv.FormatFloat(*nearRatio, 'g', -1, 64))
+	case *maxBackstep < 0:
+		return usage("--max-backstep %s is negative: give how far back a line may go, 0 for not at all", *maxBackstep)
 	}
 	if os.Getenv("GOGC") == "" {
 		// A replay allocates only short-lived responses: as serve does,

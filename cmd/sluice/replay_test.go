@@ -115,6 +115,7 @@ func TestReplayCommand(t *testing.T) {
 		{name: "--config is required", args: []string{"--log", log}, wantCode: 2, wantErr: []string{"--config is required"}},
 		{name: "--log is required", args: []string{"--config", cfg}, wantCode: 2, wantErr: []string{"--log is required"}},
 		{name: "--compare cannot read standard input twice", args: []string{"--config", cfg, "--log", "-", "--compare", looser}, wantCode: 2, wantErr: []string{"--compare reads the log twice"}},
+		{name: "a negative backstep is refused", args: []string{"--config", cfg, "--log", log, "--max-backstep", "-1s"}, wantCode: 2, wantErr: []string{"--max-backstep -1s is negative"}},
 		{name: "a near-limit ratio out of range is refused", args: []string{"--config", cfg, "--log", log, "--near-limit-ratio", "2"}, wantCode: 2, wantErr: []string{"--near-limit-ratio 2 is outside (0, 1]"}},
 	}
 	for _, tt := range tests {
