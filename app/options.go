@@ -542,7 +542,7 @@ flags:
 func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Store, "store", o.Store, "store backend: memory, redis or memcache")
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", o.MemoryMaxEntries, "bound on buckets kept by the memory store (0: 4194304)")
-	fs.Int64Var(&o.MemoryMaxBytes, "memory-max-bytes", o.MemoryMaxBytes, "bound on bytes kept by the memory store, each bucket counted as its key length plus 112 (0: 268435456)")
+	fs.Int64Var(&o.MemoryMaxBytes, "memory-max-bytes", o.MemoryMaxBytes, "bound on bytes kept by the memory store, each bucket counted as its key length plus 160 (0: 268435456)")
 	fs.StringVar(&o.OnStoreError, "on-store-error", o.OnStoreError, "answer while the store fails: error, allow, deny or local")
 	addrs := strings.Join(o.Redis.Addrs, ",")
 	fs.StringVar(&addrs, "redis-addr", addrs, "Redis address(es), host:port, comma-separated")

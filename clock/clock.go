@@ -8,6 +8,7 @@ package clock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,15 +18,38 @@ type Clock interface {
 	Now() time.Time
 }
 
-// Real is the wall clock. The zero value is ready to use and safe for
-// concurrent use.
-type Real struct{}
+// Real is the wall clock. The zero value is ready to use, by pointer, and
+// safe for concurrent use.
+//
+// Now reads the wall clock at most every resync; in between, it adds the
+// monotonic time elapsed since that reading, one clock read instead of
+// time.Now's two (a decision of the memory store spends a third of its
+// time reading the clock otherwise). The two clocks advance at one rate —
+// NTP's slewing speeds or slows both — so the times are time.Now's, but
+// for a step of the wall clock (set by hand, or stepped by NTP), which Now
+// follows within resync.
+type Real struct {
+	anchor atomic.Pointer[time.Time] // the last reading of the wall clock
+}
 
-// Now returns time.Now().
-func (Real) Now() time.Time { return time.Now() }
+// resync is how long Now goes without reading the wall clock.
+const resync = 100 * time.Millisecond
+
+// Now returns the current time.
+func (r *Real) Now() time.Time {
+	if a := r.anchor.Load(); a != nil {
+		// time.Since reads only the monotonic clock.
+		if d := time.Since(*a); d >= 0 && d < resync {
+			return a.Add(d)
+		}
+	}
+	t := time.Now()
+	r.anchor.Store(&t)
+	return t
+}
 
 // New returns the real clock.
-func New() Clock { return Real{} }
+func New() Clock { return &Real{} }
 
 // Fake is a clock that moves only when told to. The zero value starts at the
 // zero time; NewFake sets a useful start. It is safe for concurrent use.

@@ -59,6 +59,32 @@ func TestRealClockAdvances(t *testing.T) {
 	}
 }
 
+// TestRealClockTellsWallTime checks that the real clock's readings, most
+// of them taken from the monotonic clock since its last wall reading, fall
+// between time.Now's before and after, in wall time as well as monotonic,
+// across several resyncs.
+func TestRealClockTellsWallTime(t *testing.T) {
+	t.Parallel()
+	var c clock.Real
+	deadline := time.Now().Add(350 * time.Millisecond)
+	n := 0
+	for time.Now().Before(deadline) {
+		before := time.Now()
+		got := c.Now()
+		after := time.Now()
+		if got.Before(before) || got.After(after) {
+			t.Fatalf("reading %d: got %v, want between %v and %v", n, got, before, after)
+		}
+		if w := got.UnixNano(); w < before.UnixNano() || w > after.UnixNano() {
+			t.Fatalf("reading %d: got wall time %d ns, want between %d and %d", n, w, before.UnixNano(), after.UnixNano())
+		}
+		n++
+		if n%1000 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 func TestUntilDeadline(t *testing.T) {
 	t.Parallel()
 	if _, ok := clock.UntilDeadline(context.Background()); ok {

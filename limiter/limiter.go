@@ -152,6 +152,9 @@ var allowedDecision = Decision{Allowed: true, Remaining: math.MaxInt64, Index: -
 // Limiter applies transactions to a store. Create it with New.
 type Limiter struct {
 	store store.Store
+	// oner is store when it answers single operations (store.Oner), for
+	// the single-transaction calls; nil when not, or when traced.
+	oner  store.Oner
 	clock clock.Clock
 	cache *overLimitCache // nil when off
 	// stopIncrement: Options.StopIncrementWhenOverLimit.
@@ -161,7 +164,8 @@ type Limiter struct {
 // New returns a Limiter over s, telling time by c; NewWithOptions takes
 // optional settings too.
 func New(s store.Store, c clock.Clock) *Limiter {
-	return &Limiter{store: s, clock: c}
+	o, _ := s.(store.Oner)
+	return &Limiter{store: s, oner: o, clock: c}
 }
 
 // Ping reports whether the limiter's store answers.
@@ -217,6 +221,17 @@ func (l *Limiter) one(ctx context.Context, txn Transaction) (Decision, error) {
 	var each [1]Decision
 	if err := validate(txns[:], false); err != nil {
 		return Decision{}, err
+	}
+	if t := &txns[0]; l.oner != nil && !t.Disabled {
+		// No batch to build: the store answers the one operation.
+		if l.cache != nil && t.Kind == ResetBucket {
+			l.cache.forget(t.Key)
+		}
+		r, err := l.oner.DoOne(ctx, l.clock.Now(), op(t))
+		if err != nil {
+			return Decision{}, storeError("apply batch: ", err)
+		}
+		return decision(&r, 0), nil
 	}
 	if err := l.apply(ctx, txns[:], each[:], true); err != nil {
 		return Decision{}, err

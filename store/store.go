@@ -139,6 +139,17 @@ type Store interface {
 	Close() error
 }
 
+// Oner is a Store that also answers a single operation on its own, with
+// no batch to build: DoOne(ctx, now, op) answers as Do does for a batch
+// of op alone, and returns its Result. It MUST NOT keep op.Key, or any
+// string sharing its bytes, after it returns: the caller may build the key
+// in memory it reuses. The limiter uses it for its single-transaction
+// calls when the store has it.
+type Oner interface {
+	Store
+	DoOne(ctx context.Context, now time.Time, op Op) (Result, error)
+}
+
 // ErrUnavailable reports a backend that cannot be reached or did not answer
 // in time.
 var ErrUnavailable = errors.New("store unavailable")

@@ -17,6 +17,7 @@ package peers
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -203,4 +204,42 @@ func TestMemoryPerBucket(t *testing.T) {
 		fmt.Printf("memory per live bucket: %s: %.1f B\n", p.name, per)
 		runtime.KeepAlive(take)
 	}
+}
+
+// BenchmarkFloor is no limiter: it does, on the same keys in the same
+// order, the least an exact limiter must do for a decision — hash the
+// key (reading its bytes), then read and write the one 64-byte line that
+// holds its bucket in a 128 MiB table — first alone, then with a lock
+// held around the line and the clock read, as every limiter here does
+// for each decision. Its figures are the floor the peers' are measured
+// against: with a million buckets each decision is two memory accesses,
+// the second needing the first, and the clock read (an ordered TSC
+// read) keeps the next decision from starting before they end.
+func BenchmarkFloor(b *testing.B) {
+	seed := maphash.MakeSeed()
+	lines := make([][8]int64, 2*nKeys)
+	mask := uint64(len(lines) - 1)
+	var locks [256]struct {
+		sync.Mutex
+		_ [56]byte
+	}
+	b.Run("hash+line", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			h := maphash.String(seed, keys[i&(nKeys-1)])
+			lines[(h>>8)&mask][0]++
+		}
+	})
+	b.Run("hash+clock+lock+line", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			h := maphash.String(seed, keys[i&(nKeys-1)])
+			now := time.Now().UnixNano()
+			mu := &locks[h&255]
+			mu.Lock()
+			l := &lines[(h>>8)&mask]
+			if l[0] < now {
+				l[0] = now
+			}
+			mu.Unlock()
+		}
+	})
 }

@@ -1,6 +1,9 @@
-// Package memory is the embedded, in-process Store: sharded maps, each shard
-// under its own mutex, with the rate limit algorithm evaluated while the
-// shard is locked. It is the default backend and needs no other process.
+// Package memory is the embedded, in-process Store: sharded hash tables,
+// each shard under its own mutex, with the rate limit algorithm evaluated
+// while the shard is locked. It is the default backend and needs no other
+// process. A bucket's key (up to 24 bytes) and state share one 64-byte slot
+// of its shard's table, so that a decision reads and changes its bucket in
+// one memory access (table.go).
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
 // ended) are treated as missing and removed as the store comes across them.
@@ -32,7 +35,7 @@ import (
 	"github.com/sluice-rl/sluice/store"
 )
 
-var _ store.Store = (*Store)(nil)
+var _ store.Oner = (*Store)(nil)
 
 // Options configure a Store. The zero value gives the defaults.
 type Options struct {
@@ -40,15 +43,15 @@ type Options struct {
 	// power of two. Default 256; range 1 to 65536.
 	Shards int
 	// MaxEntries bounds the number of buckets kept, spread evenly over the
-	// shards. Default 4,194,304; minimum one per shard. At about 100 bytes
-	// of heap per bucket plus its key (see EntryOverhead), MaxBytes is
-	// usually the bound reached first.
+	// shards. Default 4,194,304; minimum one per shard. At about 110 to 140
+	// bytes of heap per bucket (see EntryOverhead), MaxBytes is usually
+	// the bound reached first.
 	MaxEntries int
 	// MaxBytes bounds the bytes the buckets take, spread evenly over the
 	// shards: each bucket counts len(key) + EntryOverhead. Default
 	// 268,435,456 (256 MiB); minimum EntryOverhead+64 per shard. The heap
 	// the store holds stays within about MaxBytes: filled to a 32 MiB
-	// budget with 16- to 1000-byte keys it held 24 to 34 MiB of heap
+	// budget with 16- to 1000-byte keys it held 16 to 33 MiB of heap
 	// (TestHeapStaysWithinMaxBytes; long keys round up to Go's size
 	// classes).
 	MaxBytes int64
@@ -61,16 +64,15 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// EntryOverhead is the bytes counted for each bucket besides its key: the
-// index's map slot (a 16-byte string header and a 4-byte slot number,
-// padded to 24), the map's control bytes and spare capacity (its tables
-// grow by doubling, so they are between half and seven eighths full), the
-// 32-byte entry in the slab (which grows by doubling too, and keeps freed
-// slots for reuse), and the key's allocation rounding. Measured on amd64
-// with Go 1.26 at 70 bytes per bucket besides the key's own bytes
-// (BenchmarkHeapPerEntry; 74 with the entries in the map itself, before
-// the slab); 112 keeps the accounting on the safe side.
-const EntryOverhead = 112
+// EntryOverhead is the bytes counted for each bucket besides its key: its
+// 64-byte slot in the shard's table, which grows by doubling when three
+// quarters full and so is between three eighths and three quarters full
+// (85 to 171 bytes a bucket, keys of up to 24 bytes included); a longer
+// key adds its copy and a string header. Measured on amd64 with Go 1.26 at
+// 105 to 125 bytes per bucket besides a 16-byte key
+// (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
+// MaxBytes but for the moment after a table doubles.
+const EntryOverhead = 160
 
 const (
 	defaultShards     = 256
@@ -98,13 +100,9 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex // protects the fields below but max and maxBytes
-	// index finds a bucket's state in slab; free lists the slab's unused
-	// slots. One map lookup finds a bucket, whose state is then changed
-	// in place: a map of small values stays compact, and a decision costs
-	// one hash and one probe, not a read and a write.
-	index    map[string]uint32 // bucket key → its slot in slab
-	slab     []entry
-	free     []uint32
+	// tab holds the buckets, each with its key and state in one slot: a
+	// decision reads and changes its bucket in one memory access.
+	tab      table
 	bytes    int64    // sum of cost(key) over buckets
 	inserts  int      // inserts since the last sweep
 	expired  int64    // expired buckets removed, in total
@@ -116,17 +114,6 @@ type shard struct {
 
 // cost is the bytes a bucket under key counts towards MaxBytes.
 func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
-
-// entry is a bucket's state. For GCRA buckets tat is the theoretical arrival
-// time; for fixed windows start is the window's first Unix second and count
-// its counter. exp is the Unix nanosecond at which the bucket is full again
-// and may be dropped.
-type entry struct {
-	exp   int64
-	tat   int64
-	start int64
-	count int64
-}
 
 // New returns an empty Store.
 func New(o Options) *Store {
@@ -159,7 +146,7 @@ func New(o Options) *Store {
 	}
 	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
 	for i := range s.shards {
-		s.shards[i].index = make(map[string]uint32)
+		s.shards[i].tab = newTable()
 		s.shards[i].max = per
 		s.shards[i].maxBytes = perBytes
 	}
@@ -219,7 +206,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.index)
+		n += sh.tab.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -233,16 +220,19 @@ func (s *Store) Close() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		clear(sh.index)
-		sh.slab, sh.free = nil, nil
+		sh.tab.clear()
 		sh.bytes = 0
 		sh.mu.Unlock()
 	}
 	return nil
 }
 
-func (s *Store) shardOf(key string) int {
-	return int(maphash.String(s.seed, key) & s.mask)
+// hash returns key's hash, with its low bit set (a slot's mark of being
+// taken), and the shard that holds it, chosen by the low bits (the table
+// within the shard uses the top ones).
+func (s *Store) hash(key string) (uint64, *shard) {
+	h := maphash.String(s.seed, key)
+	return h | 1, &s.shards[(h>>1)&s.mask]
 }
 
 // Do applies b at now. The shards the batch touches are locked in ascending
@@ -260,28 +250,50 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 	if len(ops) == 1 {
 		// One op is its own batch: nothing for all-or-nothing to block.
 		op := &ops[0]
-		sh := &s.shards[s.shardOf(op.Key)]
+		h, sh := s.hash(op.Key)
 		sh.mu.Lock()
-		st, slot := sh.get(op.Key, nowNs)
+		st, slot := sh.get(h, op, nowNs)
 		r, w, next := op.Evaluate(now, st)
 		out[0] = r
-		sh.do(w, op, next, slot, nowNs)
+		sh.do(w, h, op, next, slot, nowNs)
 		sh.mu.Unlock()
 		return nil
 	}
 	return s.doMany(b, now, nowNs, out)
 }
 
+// DoOne answers op alone at now, as Do does for a batch of op alone. It
+// keeps no reference to op.Key: a key that fits a slot is copied into it,
+// a longer one is copied once, when its bucket is made.
+func (s *Store) DoOne(_ context.Context, now time.Time, op store.Op) (store.Result, error) {
+	if err := op.Validate(); err != nil {
+		return store.Result{}, err
+	}
+	nowNs := now.UnixNano()
+	h, sh := s.hash(op.Key)
+	sh.mu.Lock()
+	st, slot := sh.get(h, &op, nowNs)
+	r, w, next := op.Evaluate(now, st)
+	sh.do(w, h, &op, next, slot, nowNs)
+	sh.mu.Unlock()
+	return r, nil
+}
+
 // doMany is Do for batches of more than one operation.
 func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Result) error {
 	ops := b.Ops
-	var idxBuf [32]int
-	idx := idxBuf[:0]
+	var (
+		idxBuf  [32]int
+		hashBuf [32]uint64
+	)
+	idx, hashes := idxBuf[:0], hashBuf[:0]
 	if len(ops) > len(idxBuf) {
-		idx = make([]int, 0, len(ops))
+		idx, hashes = make([]int, 0, len(ops)), make([]uint64, 0, len(ops))
 	}
 	for i := range ops {
-		idx = append(idx, s.shardOf(ops[i].Key))
+		h, _ := s.hash(ops[i].Key)
+		hashes = append(hashes, h)
+		idx = append(idx, int((h>>1)&s.mask))
 	}
 	// Lock each distinct shard once, in ascending order.
 	var lockBuf [32]int
@@ -307,69 +319,78 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		writes = make([]store.Write, len(ops))
 	}
 	for i := range ops {
-		states[i], _ = s.shards[idx[i]].get(ops[i].Key, nowNs)
+		states[i], _ = s.shards[idx[i]].get(hashes[i], &ops[i], nowNs)
 	}
 	store.Evaluate(now, b, states, out, writes)
 	for i := range ops {
-		// An earlier write of the batch may have inserted a bucket and
-		// swept expired ones, freeing (and reusing) the slot found above:
-		// find the bucket again.
+		// An earlier write of the batch may have inserted or removed a
+		// bucket, growing the table or moving buckets: find the bucket
+		// again.
 		sh := &s.shards[idx[i]]
 		slot := -1
-		if j, ok := sh.index[ops[i].Key]; ok {
-			slot = int(j)
+		if j, ok := sh.tab.find(hashes[i], ops[i].Key); ok {
+			slot = j
 		}
-		sh.do(writes[i], &ops[i], states[i], slot, nowNs)
+		sh.do(writes[i], hashes[i], &ops[i], states[i], slot, nowNs)
 	}
 	return nil
 }
 
-// do carries out w for op's bucket, next being the state to put; slot is
-// the bucket's slot in the slab, or -1 when the shard holds none. requires
-// sh.mu held.
-func (sh *shard) do(w store.Write, op *store.Op, next store.State, slot int, nowNs int64) {
+// do carries out w for op's bucket, whose hash is h, next being the state
+// to put; slot is the bucket's slot in the table, or -1 when the shard
+// holds none. requires sh.mu held.
+func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slot int, nowNs int64) {
 	switch w {
 	case store.Put:
+		if slot < 0 {
+			if slot = sh.put(h, op.Key, nowNs); slot < 0 {
+				return
+			}
+		}
 		// The bucket may be dropped once it is full again: past its TAT,
 		// or at the end of its window.
-		exp := next.TAT
+		e := &sh.tab.slots[slot]
 		if op.Algorithm == store.FixedWindow {
-			exp = (next.Start + int64(op.Window.Length/time.Second)) * int64(time.Second)
+			e.exp = (next.Start + int64(op.Window.Length/time.Second)) * int64(time.Second)
+			e.val, e.count = next.Start, next.Count
+			e.klen |= windowBit
+		} else {
+			e.exp, e.val, e.count = next.TAT, next.TAT, 0
+			e.klen &^= windowBit
 		}
-		e := entry{exp: exp, tat: next.TAT, start: next.Start, count: next.Count}
-		if slot >= 0 {
-			sh.slab[slot] = e
-			return
-		}
-		sh.put(op.Key, e, nowNs)
 	case store.Remove:
 		if slot >= 0 {
-			sh.drop(op.Key, slot)
+			sh.drop(slot)
 		}
 	}
 }
 
-// get returns the state of key, missing when the shard holds no entry or
-// an expired one (full again), and the entry's slot in the slab, live or
-// expired, or -1 when there is none (an expired entry is left for do to
-// overwrite, or for a sweep). requires sh.mu held.
-func (sh *shard) get(key string, nowNs int64) (st store.State, slot int) {
-	i, ok := sh.index[key]
+// get returns the state of op's bucket, whose hash is h: missing when the
+// shard holds none, an expired one (full again) or one of the other
+// algorithm; and the bucket's slot in the table, live or not, or -1 when
+// there is none (an expired bucket is left for do to overwrite, or for a
+// sweep). requires sh.mu held.
+func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot int) {
+	i, ok := sh.tab.find(h, op.Key)
 	if !ok {
 		return store.State{}, -1
 	}
-	e := &sh.slab[i]
-	if e.exp <= nowNs {
-		return store.State{}, int(i)
+	e := &sh.tab.slots[i]
+	window := e.klen&windowBit != 0
+	switch {
+	case e.exp <= nowNs || window != (op.Algorithm == store.FixedWindow):
+		return store.State{}, i
+	case window:
+		return store.State{Exists: true, Start: e.val, Count: e.count}, i
 	}
-	return store.State{Exists: true, TAT: e.tat, Start: e.start, Count: e.count}, int(i)
+	return store.State{Exists: true, TAT: e.val}, i
 }
 
-// put stores e under key, which the shard does not hold. It makes room
-// first when the shard is full, by removing expired buckets only; when
-// that is not enough the new key is not stored, and counted as refused.
-// requires sh.mu held.
-func (sh *shard) put(key string, e entry, nowNs int64) {
+// put adds a bucket under key, with hash h, which the shard does not hold,
+// and returns its slot. It makes room first when the shard is full, by
+// removing expired buckets only; when that is not enough the new key is
+// not stored, counted as refused, and put returns -1. requires sh.mu held.
+func (sh *shard) put(h uint64, key string, nowNs int64) int {
 	sh.inserts++
 	if sh.inserts >= sweepEvery {
 		sh.inserts = 0
@@ -378,73 +399,65 @@ func (sh *shard) put(key string, e entry, nowNs int64) {
 	c := cost(key)
 	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {
 		sh.refused++
-		return
+		return -1
 	}
-	var slot uint32
-	if n := len(sh.free); n > 0 {
-		slot, sh.free = sh.free[n-1], sh.free[:n-1]
-		sh.slab[slot] = e
-	} else {
-		slot = uint32(len(sh.slab))
-		sh.slab = append(sh.slab, e)
-	}
-	sh.index[key] = slot
 	sh.bytes += c
+	return sh.tab.insert(h, key)
 }
 
-// drop deletes key, held in slot, and frees the slot. requires sh.mu held.
-func (sh *shard) drop(key string, slot int) {
-	delete(sh.index, key)
-	sh.slab[slot] = entry{}
-	sh.free = append(sh.free, uint32(slot))
-	sh.bytes -= cost(key)
+// drop deletes the bucket in slot. requires sh.mu held.
+func (sh *shard) drop(slot int) {
+	sh.bytes -= cost(sh.tab.keyOf(&sh.tab.slots[slot]))
+	sh.tab.remove(slot)
 }
 
 // fits reports whether a new bucket costing c bytes fits. requires sh.mu
 // held.
 func (sh *shard) fits(c int64) bool {
-	return len(sh.index) < sh.max && sh.bytes+c <= sh.maxBytes
+	return sh.tab.n < sh.max && sh.bytes+c <= sh.maxBytes
 }
 
-// sweep examines up to budget entries from a random point and removes the
-// expired ones. requires sh.mu held.
+// sweep examines up to budget buckets, from where the last sweep stopped,
+// and removes the expired ones. requires sh.mu held.
 func (sh *shard) sweep(nowNs int64, budget int) {
-	for k, i := range sh.index {
-		if sh.slab[i].exp <= nowNs {
-			sh.remove(k, i)
-		}
-		budget--
-		if budget == 0 {
-			return
-		}
-	}
+	sh.scan(nowNs, budget, func() bool { return false })
 }
 
-// makeRoom removes expired buckets among up to evictScan entries, from a
-// random point, until a new bucket costing c bytes fits, and reports
-// whether it does. Live buckets are never removed. requires sh.mu held.
+// makeRoom removes expired buckets among up to evictScan buckets, from
+// where the last sweep stopped, until a new bucket costing c bytes fits,
+// and reports whether it does. Live buckets are never removed. requires
+// sh.mu held.
 func (sh *shard) makeRoom(nowNs int64, c int64) bool {
-	n := 0
-	for k, i := range sh.index {
-		if sh.slab[i].exp <= nowNs {
-			sh.remove(k, i)
-			if sh.fits(c) {
-				return true
-			}
-		}
-		n++
-		if n == evictScan {
-			break
-		}
-	}
+	sh.scan(nowNs, evictScan, func() bool { return sh.fits(c) })
 	return sh.fits(c)
 }
 
-// remove deletes the expired bucket under key, in slot, and counts it.
-// requires sh.mu held.
-func (sh *shard) remove(key string, slot uint32) {
-	sh.drop(key, int(slot))
-	sh.expired++
+// scan examines up to budget buckets (and at most four times as many
+// slots), from the table's cursor on, removing the expired ones, until
+// done reports true after a removal. requires sh.mu held.
+func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
+	t := &sh.tab
+	m := t.mask()
+	i := t.cursor & m
+	for slots := 4 * budget; budget > 0 && slots > 0; slots-- {
+		e := &t.slots[i]
+		if e.hash == 0 {
+			i = (i + 1) & m
+			continue
+		}
+		budget--
+		if e.exp > nowNs {
+			i = (i + 1) & m
+			continue
+		}
+		// Removing may move the next bucket into i: look at i again.
+		sh.drop(i)
+		sh.expired++
+		if done() {
+			break
+		}
+	}
+	t.cursor = i
 }
 
 // sortInts sorts a in place: insertion sort for the usual short batch,

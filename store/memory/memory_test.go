@@ -2,7 +2,10 @@ package memory_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +144,44 @@ func TestABatchSurvivesTheSweepOfItsOwnInsert(t *testing.T) {
 		if out[0].Remaining != tc.want {
 			t.Errorf("%s after the batch: got %d remaining, want %d", tc.key, out[0].Remaining, tc.want)
 		}
+	}
+}
+
+// TestDoOneAnswersAsDo runs the same random operations through DoOne on
+// one store and through Do, one-operation batches, on another, and checks
+// that every answer is the same. (The buckets held may differ: each store
+// has its own hash seed, so expired buckets are swept in another order.)
+func TestDoOneAnswersAsDo(t *testing.T) {
+	t.Parallel()
+	one, batch := memory.New(memory.Options{Shards: 2}), memory.New(memory.Options{Shards: 2})
+	r := rand.New(rand.NewPCG(3, 4))
+	now := storetest.Base()
+	ctx := context.Background()
+	out := make([]store.Result, 1)
+	for step := range 5000 {
+		op := store.Op{Key: fmt.Sprint("k", r.IntN(6)), Kind: store.Kind(1 + r.IntN(5)), Cost: int64(r.IntN(4))}
+		if r.IntN(4) == 0 {
+			op.Key += strings.Repeat("-long", 8)
+		}
+		if r.IntN(2) == 0 {
+			op.Algorithm, op.Limit = store.GCRA, gcra.Limit{Burst: 5, Count: 2, Period: time.Second}
+		} else {
+			op.Algorithm, op.Window = store.FixedWindow, store.Window{Limit: 4, Length: time.Second}
+		}
+		now = now.Add(time.Duration(r.IntN(60)) * time.Millisecond)
+		got, err := one.DoOne(ctx, now, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := batch.Do(ctx, now, store.Batch{Ops: []store.Op{op}, AllOrNothing: true}, out); err != nil {
+			t.Fatal(err)
+		}
+		if got != out[0] {
+			t.Fatalf("step %d, %+v: DoOne answered %+v, Do %+v", step, op, got, out[0])
+		}
+	}
+	op := store.Op{Key: "bad", Algorithm: store.GCRA, Kind: store.Spend}
+	if _, err := one.DoOne(ctx, now, op); !errors.Is(err, store.ErrBadBatch) {
+		t.Fatalf("an invalid limit: got %v, want ErrBadBatch", err)
 	}
 }

@@ -1,0 +1,158 @@
+package memory
+
+import "strings"
+
+// inlineKey is the longest key kept in its slot; a longer one is kept in
+// table.long and costs a second memory access to compare.
+const inlineKey = 24
+
+// windowBit marks, in slot.klen, a FixedWindow bucket.
+const windowBit = 1 << 31
+
+// slot is one bucket in a shard's table: the hash of its key, its state
+// and its key, in one 64-byte cache line, so that finding a bucket and
+// reading and changing its state is one memory access. It holds no
+// pointer: the collector never scans the tables.
+type slot struct {
+	hash  uint64 // the key's hash with its low bit set; 0 marks an empty slot
+	exp   int64  // the Unix nanosecond at which the bucket is full again
+	val   int64  // GCRA: the theoretical arrival time; FixedWindow: the window's first Unix second
+	count int64  // FixedWindow: the window's counter
+	klen  uint32 // the key's length, with windowBit set for a FixedWindow bucket
+	kref  uint32 // for a key longer than inlineKey: its index in table.long
+	key   [inlineKey]byte
+}
+
+// table is an open-addressing hash table with linear probing, grown by
+// doubling when three quarters full. A bucket's home slot is given by the
+// top bits of its hash (the shard is chosen by the low ones), and removal
+// shifts the buckets after it back, so that no tombstones build up.
+type table struct {
+	slots    []slot
+	shift    uint // 64 - log2(len(slots))
+	n        int  // buckets held
+	long     []string
+	freeLong []uint32
+	cursor   int // where the next sweep starts
+}
+
+const minSlots = 8
+
+func newTable() table {
+	return table{slots: make([]slot, minSlots), shift: 64 - 3}
+}
+
+func (t *table) mask() int { return len(t.slots) - 1 }
+
+func (t *table) home(h uint64) int { return int(h >> t.shift) }
+
+// find returns the slot holding key, whose hash is h (low bit set), and
+// true; or the empty slot where it would go, and false.
+func (t *table) find(h uint64, key string) (int, bool) {
+	m := t.mask()
+	for i := t.home(h); ; i = (i + 1) & m {
+		s := &t.slots[i]
+		if s.hash == 0 {
+			return i, false
+		}
+		if s.hash == h && t.keyIs(s, key) {
+			return i, true
+		}
+	}
+}
+
+func (t *table) keyIs(s *slot, key string) bool {
+	n := int(s.klen &^ windowBit)
+	if n != len(key) {
+		return false
+	}
+	if n <= inlineKey {
+		return string(s.key[:n]) == key
+	}
+	return t.long[s.kref] == key
+}
+
+// keyOf returns the key held in s.
+func (t *table) keyOf(s *slot) string {
+	n := int(s.klen &^ windowBit)
+	if n <= inlineKey {
+		return string(s.key[:n])
+	}
+	return t.long[s.kref]
+}
+
+// insert adds key, with hash h, which the table does not hold, and returns
+// its slot. It may grow the table, moving every slot.
+func (t *table) insert(h uint64, key string) int {
+	if (t.n+1)*4 > len(t.slots)*3 {
+		t.grow()
+	}
+	i, _ := t.find(h, key)
+	s := &t.slots[i]
+	s.hash = h
+	s.klen = uint32(len(key))
+	if len(key) <= inlineKey {
+		copy(s.key[:], key)
+	} else {
+		// The caller's key may live in memory it reuses: keep a copy.
+		k := strings.Clone(key)
+		if n := len(t.freeLong); n > 0 {
+			s.kref, t.freeLong = t.freeLong[n-1], t.freeLong[:n-1]
+			t.long[s.kref] = k
+		} else {
+			s.kref = uint32(len(t.long))
+			t.long = append(t.long, k)
+		}
+	}
+	t.n++
+	return i
+}
+
+// remove deletes the bucket in slot i. Buckets after it in its run may
+// move back, into i among others.
+func (t *table) remove(i int) {
+	s := &t.slots[i]
+	if int(s.klen&^windowBit) > inlineKey {
+		t.long[s.kref] = ""
+		t.freeLong = append(t.freeLong, s.kref)
+	}
+	m := t.mask()
+	for j := (i + 1) & m; t.slots[j].hash != 0; j = (j + 1) & m {
+		k := t.home(t.slots[j].hash)
+		// The bucket in j may fill the hole at i when its home is not
+		// cyclically within (i, j].
+		if i <= j {
+			if i < k && k <= j {
+				continue
+			}
+		} else if i < k || k <= j {
+			continue
+		}
+		t.slots[i] = t.slots[j]
+		i = j
+	}
+	t.slots[i] = slot{}
+	t.n--
+}
+
+// grow doubles the table.
+func (t *table) grow() {
+	old := t.slots
+	t.slots = make([]slot, 2*len(old))
+	t.shift--
+	m := t.mask()
+	for k := range old {
+		if old[k].hash == 0 {
+			continue
+		}
+		i := t.home(old[k].hash)
+		for t.slots[i].hash != 0 {
+			i = (i + 1) & m
+		}
+		t.slots[i] = old[k]
+	}
+	t.cursor = 0
+}
+
+// clear empties the table.
+func (t *table) clear() { *t = newTable() }
