@@ -72,6 +72,27 @@ func ExampleForBucket() {
 	// 3:12345678 false 0 30m0s
 }
 
+// ExampleLimiter_SpendFor is the README's library path: the limit of an
+// account's new orders, from a defaults file, spent three times.
+func ExampleLimiter_SpendFor() {
+	defaults, _ := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 2, count: 2, period: 1h}\n"))
+	set, _ := limits.New(defaults, nil)
+	l := limiter.New(memory.New(memory.Options{}), clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	ctx := context.Background()
+
+	for range 3 {
+		d, _ := l.SpendFor(ctx, set, limits.NewOrdersPerAccount, "12345678", 1)
+		fmt.Println(d.Allowed, d.Remaining, d.RetryIn)
+	}
+	_, err := l.SpendFor(ctx, set, limits.NewOrdersPerAccount, "not-a-number", 1)
+	fmt.Println(limiter.KindOf(err) == limiter.Invalid)
+	// Output:
+	// true 1 0s
+	// true 0 30m0s
+	// false 0 30m0s
+	// true
+}
+
 // ExampleNewWithOptions turns on the local over-limit cache: once a window
 // is over its limit, Count answers it from memory until the window ends.
 func ExampleNewWithOptions() {

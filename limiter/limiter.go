@@ -31,6 +31,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
@@ -180,6 +181,37 @@ func (l *Limiter) Check(ctx context.Context, txn Transaction) (Decision, error) 
 // Spend checks txn and, if allowed, spends its cost.
 func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = CheckAndSpend
+	return l.one(ctx, txn)
+}
+
+// SpendFor spends cost from the bucket of id under the limit name in set:
+// set.Resolve and Spend in one call. An unknown name or a malformed id is
+// an Invalid error (field "name" or "id") wrapping Resolve's. Over a store
+// that answers single operations (store.Oner: the memory store) it
+// allocates nothing for ids whose key needs no parsing of a domain name:
+// the bucket key is built in memory the limiter reuses, which the store
+// does not keep.
+func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string, cost int64) (Decision, error) {
+	sc := scratchPool.Get().(*Scratch)
+	defer sc.release()
+	b, key, err := set.AppendResolve(sc.key[:0], name, id)
+	sc.key = key[:0]
+	if err != nil {
+		field := "id"
+		if errors.Is(err, limits.ErrUnknownName) {
+			field = "name"
+		}
+		return Decision{}, InvalidErr(field, "", err)
+	}
+	txn := Transaction{Limit: b.Limit, Disabled: !b.Enabled, Cost: cost, Kind: CheckAndSpend, Name: b.Name.Text, ID: id}
+	if l.oner != nil {
+		// The key's bytes stay in sc, unchanged, until this call returns;
+		// the store copies what it keeps (store.Oner's contract), and
+		// nothing else keeps the key: errors quote it into new strings.
+		txn.Key = unsafe.String(unsafe.SliceData(key), len(key))
+	} else {
+		txn.Key = string(key)
+	}
 	return l.one(ctx, txn)
 }
 
@@ -395,6 +427,8 @@ type Scratch struct {
 	// With the local cache or StopIncrementWhenOverLimit (see countLocal):
 	idx []int      // the transaction of each op
 	pre []store.Op // the peeks before counting
+	// With SpendFor: the bucket key.
+	key []byte
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
@@ -402,6 +436,10 @@ var scratchPool = sync.Pool{New: func() any { return new(Scratch) }}
 // maxScratch bounds the arrays kept for reuse: an unusually large call
 // leaves its arrays to the garbage collector.
 const maxScratch = 64
+
+// maxScratchKey bounds the key buffer kept for reuse: an id's key is
+// usually under a hundred bytes, and at most about a kilobyte.
+const maxScratchKey = 2 << 10
 
 // sized returns a with length n, reusing its array when large enough.
 func sized[T any](a []T, n int) []T {
@@ -414,8 +452,8 @@ func sized[T any](a []T, n int) []T {
 // Reset drops what the arrays refer to and reports whether they are small
 // enough to keep for reuse; when not, it lets them go.
 func (sc *Scratch) Reset() bool {
-	if max(cap(sc.ops), cap(sc.results), cap(sc.idx), cap(sc.pre)) > maxScratch {
-		sc.ops, sc.results, sc.idx, sc.pre = nil, nil, nil, nil
+	if max(cap(sc.ops), cap(sc.results), cap(sc.idx), cap(sc.pre)) > maxScratch || cap(sc.key) > maxScratchKey {
+		sc.ops, sc.results, sc.idx, sc.pre, sc.key = nil, nil, nil, nil, nil
 		return false
 	}
 	clear(sc.ops) // what the call used: the rest is already clear

@@ -206,3 +206,12 @@ func (s *Set) lookup(key string) (*Override, bool) {
 	o, ok := s.overrides[key]
 	return o, ok
 }
+
+// lookupBytes is lookup for a key in bytes, without making it a string.
+func (s *Set) lookupBytes(key []byte) (*Override, bool) {
+	if o, ok := s.runtime[string(key)]; ok {
+		return o, true
+	}
+	o, ok := s.overrides[string(key)]
+	return o, ok
+}

@@ -164,6 +164,21 @@ func MaxIDBytes(f Format) int {
 // name is an error wrapping ErrUnknownName; a malformed id, or one longer
 // than MaxIDBytes, is an *IDError wrapping ErrInvalidID.
 func (s *Set) Resolve(name, id string) (Bucket, error) {
+	var buf [160]byte
+	b, key, err := s.AppendResolve(buf[:0], name, id)
+	if err != nil {
+		return Bucket{}, err
+	}
+	b.Key = string(key)
+	return b, nil
+}
+
+// AppendResolve is Resolve writing the bucket key into memory the caller
+// reuses: it appends the key to dst and returns the extended slice, and
+// the Bucket with an empty Key. Nothing is allocated for a known name when
+// dst has room, but for the formats whose key is built from a parsed
+// domain name or a hashed set.
+func (s *Set) AppendResolve(dst []byte, name, id string) (Bucket, []byte, error) {
 	var e *entry
 	if s != nil {
 		e = s.names[name]
@@ -171,35 +186,35 @@ func (s *Set) Resolve(name, id string) (Bucket, error) {
 	if e == nil {
 		n, err := ParseName(name)
 		if err != nil {
-			return Bucket{}, err
+			return Bucket{}, dst, err
 		}
 		e = &entry{name: n, prefix: enumPrefix(n.Enum)}
 	}
 	if max := MaxIDBytes(e.name.Format); len(id) > max {
-		return Bucket{}, &IDError{Name: name, ID: id, Rule: "is " + strconv.Itoa(len(id)) + " bytes, longer than the maximum of " + strconv.Itoa(max) + " bytes for " + e.name.Format.String()}
+		return Bucket{}, dst, &IDError{Name: name, ID: id, Rule: "is " + strconv.Itoa(len(id)) + " bytes, longer than the maximum of " + strconv.Itoa(max) + " bytes for " + e.name.Format.String()}
 	}
-	var buf [160]byte
-	dst := append(buf[:0], e.prefix...)
+	start := len(dst)
+	dst = append(dst, e.prefix...)
 	dst, acct, rule := appendNatural(dst, e.name.Format, id)
 	if rule != "" {
-		return Bucket{}, &IDError{Name: name, ID: id, Rule: rule}
+		return Bucket{}, dst[:start], &IDError{Name: name, ID: id, Rule: rule}
 	}
-	b := Bucket{Key: string(dst), Name: e.name}
+	b := Bucket{Name: e.name}
 	if s != nil {
-		o, ok := s.lookup(b.Key)
+		o, ok := s.lookupBytes(dst[start:])
 		if !ok && acct >= 0 {
-			o, ok = s.lookup(b.Key[:acct])
+			o, ok = s.lookupBytes(dst[start:acct])
 		}
 		if ok {
 			b.Limit, b.Enabled, b.Override = o.Limit, true, true
 			b.OverrideKey, b.Comment, b.Runtime = o.Key, o.Comment, o.Runtime
-			return b, nil
+			return b, dst, nil
 		}
 	}
 	if e.hasDefault {
 		b.Limit, b.Enabled = e.def, true
 	}
-	return b, nil
+	return b, dst, nil
 }
 
 // Names returns every name the Set knows, the built-in ones and those in

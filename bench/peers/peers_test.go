@@ -74,9 +74,10 @@ var peers = []peer{
 			return err == nil && d.Allowed
 		}
 	}},
-	{"sluice README path (Resolve + Spend)", func(tb testing.TB) func(string) bool {
+	{"sluice README path (SpendFor)", func(tb testing.TB) func(string) bool {
 		// The README's whole path: the limit and bucket key of an account
-		// id from a Set, then limiter.Spend. The keys here are account ids.
+		// id from a Set, and the spend, in limiter.SpendFor. The keys here
+		// are account ids.
 		l := limiter.New(memory.New(memory.Options{}), clock.New())
 		defaults, err := limits.ParseDefaults("defaults.yaml", []byte(fmt.Sprintf("NewOrdersPerAccount: {burst: %d, count: 1, period: 1h}\n", burst)))
 		if err != nil {
@@ -89,11 +90,7 @@ var peers = []peer{
 		ctx := context.Background()
 		return func(key string) bool {
 			id := key[2:] // "3:12345" -> the account id 12345
-			b, err := set.Resolve(limits.NewOrdersPerAccount, id)
-			if err != nil {
-				return false
-			}
-			d, err := l.Spend(ctx, limiter.ForBucket(b, id, 1))
+			d, err := l.SpendFor(ctx, set, limits.NewOrdersPerAccount, id, 1)
 			return err == nil && d.Allowed
 		}
 	}},

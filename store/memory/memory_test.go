@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
@@ -183,5 +184,38 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 	op := store.Op{Key: "bad", Algorithm: store.GCRA, Kind: store.Spend}
 	if _, err := one.DoOne(ctx, now, op); !errors.Is(err, store.ErrBadBatch) {
 		t.Fatalf("an invalid limit: got %v, want ErrBadBatch", err)
+	}
+}
+
+// TestDoOneKeepsNoReferenceToTheKey passes keys whose bytes the caller
+// then overwrites, as store.Oner allows, and checks that the buckets are
+// found again under their keys, and only under them.
+func TestDoOneKeepsNoReferenceToTheKey(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{Shards: 1})
+	now := storetest.Base()
+	ctx := context.Background()
+	for _, key := range []string{"short", strings.Repeat("long-key-", 8)} {
+		buf := []byte(key)
+		op := store.Op{Key: unsafe.String(unsafe.SliceData(buf), len(buf)), Algorithm: store.GCRA, Kind: store.Spend,
+			Limit: gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}, Cost: 2}
+		if _, err := s.DoOne(ctx, now, op); err != nil {
+			t.Fatal(err)
+		}
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		op.Key = key
+		r, err := s.DoOne(ctx, now, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining != 1 {
+			t.Errorf("%q: the second spend of 2 left %d of 5, want 1: the bucket was not found again", key, r.Remaining)
+		}
+		op.Key = strings.Repeat("x", len(key))
+		if r, _ := s.DoOne(ctx, now, op); r.Remaining != 3 {
+			t.Errorf("%q: the overwritten bytes %q found a bucket with %d left, want a new one with 3", key, op.Key, r.Remaining)
+		}
 	}
 }

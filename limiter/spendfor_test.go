@@ -1,0 +1,140 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/limits"
+	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/store/memory"
+)
+
+// batchOnly hides a store's DoOne: the limiter then takes its batch path.
+type batchOnly struct{ store.Store }
+
+// TestSpendForAnswersAsResolveAndSpend spends, round after round, on ids
+// whose keys fit a memory-store slot and on ids whose keys do not, through
+// SpendFor on one limiter and through Resolve and Spend on another, and
+// checks every decision is the same: the key SpendFor builds in reused
+// memory reaches the right bucket each time, and no bucket kept a key that
+// a later call overwrote. It does so over the memory store and over a
+// store without DoOne.
+func TestSpendForAnswersAsResolveAndSpend(t *testing.T) {
+	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(
+		"NewOrdersPerAccount: {burst: 3, count: 1, period: 1h}\n"+
+			"FailedAuthorizationsPerDomainPerAccount: {burst: 2, count: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overrides, err := limits.ParseOverrides("overrides.yaml", []byte(
+		"- NewOrdersPerAccount: {burst: 5, count: 1, period: 1h, ids: ['7']}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := limits.New(defaults, overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type call struct{ name, id string }
+	var calls []call
+	for i := range 8 {
+		calls = append(calls, call{limits.NewOrdersPerAccount, fmt.Sprint(i)})
+		// "4:<account>:<domain>": longer than a slot holds.
+		calls = append(calls, call{limits.FailedAuthorizationsPerDomainPerAccount, fmt.Sprintf("%d:%s.example.com", 100+i, strings.Repeat("d", 20+i))})
+	}
+	for _, tc := range []struct {
+		name string
+		s    func() store.Store
+	}{
+		{"memory", func() store.Store { return memory.New(memory.Options{}) }},
+		{"batch path", func() store.Store { return batchOnly{memory.New(memory.Options{})} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			got, want := limiter.New(tc.s(), clk), limiter.New(memory.New(memory.Options{}), clk)
+			ctx := context.Background()
+			for round := range 7 {
+				for _, c := range calls {
+					d, err := got.SpendFor(ctx, set, c.name, c.id, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b, err := set.Resolve(c.name, c.id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					w, err := want.Spend(ctx, limiter.ForBucket(b, c.id, 1))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d != w {
+						t.Fatalf("round %d, %s %q: SpendFor decided %+v, Resolve and Spend %+v", round, c.name, c.id, d, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSpendForRefusesBadNamesAndIDs(t *testing.T) {
+	l := limiter.New(memory.New(memory.Options{}), clock.New())
+	ctx := context.Background()
+	for _, tc := range []struct{ name, id, field string }{
+		{"NoSuchLimit", "1", "name"},
+		{limits.NewOrdersPerAccount, "12x", "id"},
+		{limits.NewOrdersPerAccount, "", "id"},
+		{limits.NewOrdersPerAccount, strings.Repeat("1", 2000), "id"},
+	} {
+		_, err := l.SpendFor(ctx, nil, tc.name, tc.id, 1)
+		var le *limiter.Error
+		if !errors.As(err, &le) || le.Kind != limiter.Invalid || le.Field != tc.field {
+			t.Errorf("%s %.20q: got %v, want an Invalid error on field %s", tc.name, tc.id, err, tc.field)
+		}
+	}
+	// The buffer that held the long id's key is not kept, and calls go on.
+	if d, err := l.SpendFor(ctx, nil, limits.NewOrdersPerAccount, "1", 1); err != nil || !d.Allowed {
+		t.Fatalf("after the refusals: got %+v, %v, want allowed (no limit in a nil set)", d, err)
+	}
+}
+
+// TestSpendForAllocatesNothing checks the README's library path allocates
+// nothing per decision over the memory store, for an account id, an IPv4
+// address and an IPv6 range.
+func TestSpendForAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops items on purpose")
+	}
+	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(
+		"NewOrdersPerAccount: {burst: 1000000, count: 1000, period: 1s}\n"+
+			"NewRegistrationsPerIPAddress: {burst: 1000000, count: 1000, period: 1s}\n"+
+			"NewRegistrationsPerIPv6Range: {burst: 1000000, count: 1000, period: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := limits.New(defaults, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limiter.New(memory.New(memory.Options{}), clock.New())
+	ctx := context.Background()
+	for _, c := range [][2]string{
+		{limits.NewOrdersPerAccount, "12345678"},
+		{limits.NewRegistrationsPerIPAddress, "203.0.113.9"},
+		{limits.NewRegistrationsPerIPv6Range, "2001:db8:1234::1"},
+	} {
+		allocs := testing.AllocsPerRun(1000, func() {
+			if d, err := l.SpendFor(ctx, set, c[0], c[1], 1); err != nil || !d.Allowed {
+				t.Fatalf("%s %s: got %+v, %v", c[0], c[1], d, err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s %s: %.1f allocations a decision, want 0", c[0], c[1], allocs)
+		}
+	}
+}
