@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -49,10 +50,18 @@ func (l Limit) Valid() error {
 		return fmt.Errorf("%w: period %s, must be > 0", ErrInvalidLimit, l.Period)
 	case int64(l.Period) < l.Count: // Period/Count would round to 0
 		return fmt.Errorf("%w: period %s / count %d is less than 1ns", ErrInvalidLimit, l.Period, l.Count)
-	case l.Burst > int64(MaxBurstOffset/l.EmissionInterval()):
+	case fillsTooSlowly(l.Burst, l.EmissionInterval()):
 		return fmt.Errorf("%w: burst %d at one token every %s takes more than %s to fill", ErrInvalidLimit, l.Burst, l.EmissionInterval(), MaxBurstOffset)
 	}
 	return nil
+}
+
+// fillsTooSlowly reports burst * interval > MaxBurstOffset, both positive,
+// as burst > MaxBurstOffset/interval does but with a multiplication in
+// place of a division: Valid runs on every decision.
+func fillsTooSlowly(burst int64, interval time.Duration) bool {
+	hi, lo := bits.Mul64(uint64(burst), uint64(interval))
+	return hi != 0 || lo > uint64(MaxBurstOffset)
 }
 
 // ValidCost reports whether cost is allowed for l: 0 (a peek) up to Burst.

@@ -249,21 +249,24 @@ func (l *Limiter) ResetAll(ctx context.Context, txns ...Transaction) (Decision, 
 
 // one answers a single key-value transaction with its own decision.
 func (l *Limiter) one(ctx context.Context, txn Transaction) (Decision, error) {
-	txns := [1]Transaction{txn}
-	var each [1]Decision
-	if err := validate(txns[:], false); err != nil {
-		return Decision{}, err
-	}
-	if t := &txns[0]; l.oner != nil && !t.Disabled {
+	if l.oner != nil && !txn.Disabled {
 		// No batch to build: the store answers the one operation.
-		if l.cache != nil && t.Kind == ResetBucket {
-			l.cache.forget(t.Key)
+		if err := validOne(&txn); err != nil {
+			return Decision{}, err
 		}
-		r, err := l.oner.DoOne(ctx, l.clock.Now(), op(t))
+		if l.cache != nil && txn.Kind == ResetBucket {
+			l.cache.forget(txn.Key)
+		}
+		r, err := l.oner.DoOne(ctx, l.clock.Now(), op(&txn))
 		if err != nil {
 			return Decision{}, storeError("apply batch: ", err)
 		}
 		return decision(&r, 0), nil
+	}
+	txns := [1]Transaction{txn}
+	var each [1]Decision
+	if err := validate(txns[:], false); err != nil {
+		return Decision{}, err
 	}
 	if err := l.apply(ctx, txns[:], each[:], true); err != nil {
 		return Decision{}, err
@@ -297,14 +300,7 @@ func validate(txns []Transaction, batch bool) error {
 	}
 	for i := range txns {
 		t := &txns[i]
-		if t.Kind == 0 {
-			t.Kind = CheckAndSpend
-		}
-		err := validTransaction(t)
-		if err == nil {
-			err = validCost(t)
-		}
-		if err != nil {
+		if err := validOne(t); err != nil {
 			if batch {
 				return At(err, "transactions", "transaction", i)
 			}
@@ -315,6 +311,18 @@ func validate(txns []Transaction, batch bool) error {
 		}
 	}
 	return nil
+}
+
+// validOne checks one transaction on its own: a zero Kind becomes
+// CheckAndSpend, then validTransaction and validCost.
+func validOne(t *Transaction) error {
+	if t.Kind == 0 {
+		t.Kind = CheckAndSpend
+	}
+	if err := validTransaction(t); err != nil {
+		return err
+	}
+	return validCost(t)
 }
 
 // validTransaction checks what every transaction needs: a key, a known
