@@ -1,6 +1,7 @@
-// Package peers compares Sluice's Go library path — the README's
-// limiter.Spend over the memory store — with the in-process limiters Go
-// users pick today, on the same 1,048,576 keys in one run:
+// Package peers compares Sluice's Go library — limiter.Spend over the
+// memory store, and the README's path, limiter.SpendFor — with the
+// in-process limiters Go users pick today, on the same 1,048,576 keys in
+// one run:
 // sethvargo/go-limiter's memorystore, golang.org/x/time/rate with one
 // limiter per key in a sync.Map, and throttled/v2's GCRA over its
 // memstore. It is its own module so that Sluice never depends on them.
@@ -10,7 +11,9 @@
 // Every limiter is given a limit no call reaches (a burst of 100,000, refilled
 // at one an hour, so that no bucket expires during a run), and every
 // bucket is made before timing: each call is one allowed decision on a
-// live bucket, and what is measured is the cost of deciding.
+// live bucket, and what is measured is the cost of deciding. Each is timed
+// serial and parallel, with the keys its buckets were made with and with
+// fresh ones (see fresh). BenchmarkFloor is the least any of them must do.
 // TestMemoryPerBucket reports the heap each keeps per live bucket.
 package peers
 
@@ -21,6 +24,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +59,27 @@ var keys = func() []string {
 	}
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(k), func(i, j int) { k[i], k[j] = k[j], k[i] })
 	return k
+}()
+
+// fresh are the keys again, in calling order, copied one after the other
+// into one string: the key of each call is then a string other than the
+// one its bucket was made with, its bytes at hand, as in a service that
+// builds each request's key anew from the request. (With keys, the string
+// a bucket was made with comes back, cold: a store keeping that string
+// compares it by its address, and every limiter waits on the key's bytes.)
+var fresh = func() []string {
+	var sb strings.Builder
+	for _, k := range keys {
+		sb.WriteString(k)
+	}
+	all := sb.String()
+	f := make([]string, len(keys))
+	off := 0
+	for i, k := range keys {
+		f[i] = all[off : off+len(k)]
+		off += len(k)
+	}
+	return f
 }()
 
 // peer is one limiter under test: take reports whether key may go ahead.
@@ -146,35 +171,47 @@ func warm(tb testing.TB, take func(string) bool) {
 
 func BenchmarkPeers(b *testing.B) {
 	for _, p := range peers {
-		b.Run(p.name+"/serial", func(b *testing.B) {
-			take := p.new(b)
-			warm(b, take)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				if !take(keys[i&(nKeys-1)]) {
-					b.Fatal("refused")
-				}
-			}
-		})
-		b.Run(p.name+"/parallel", func(b *testing.B) {
-			take := p.new(b)
-			warm(b, take)
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(next.Add(1)) * 7919
-				for pb.Next() {
-					if !take(keys[i&(nKeys-1)]) {
-						b.Error("refused")
-						return
-					}
-					i++
-				}
-			})
-		})
+		for _, v := range []struct {
+			suffix string
+			keys   []string
+		}{{"", keys}, {"-fresh-keys", fresh}} {
+			b.Run(p.name+"/serial"+v.suffix, func(b *testing.B) { serial(b, p, v.keys) })
+			b.Run(p.name+"/parallel"+v.suffix, func(b *testing.B) { parallel(b, p, v.keys) })
+		}
 	}
+}
+
+// serial times one caller's decisions, keys asked in turn.
+func serial(b *testing.B, p peer, keys []string) {
+	take := p.new(b)
+	warm(b, take)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if !take(keys[i&(nKeys-1)]) {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// parallel times GOMAXPROCS callers' decisions, each asking keys in turn
+// from its own starting point.
+func parallel(b *testing.B, p peer, keys []string) {
+	take := p.new(b)
+	warm(b, take)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)) * 7919
+		for pb.Next() {
+			if !take(keys[i&(nKeys-1)]) {
+				b.Error("refused")
+				return
+			}
+			i++
+		}
+	})
 }
 
 // TestMemoryPerBucket reports the heap each limiter holds per live bucket
