@@ -246,20 +246,12 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 	if len(ops) == 0 {
 		return nil
 	}
-	nowNs := now.UnixNano()
 	if len(ops) == 1 {
 		// One op is its own batch: nothing for all-or-nothing to block.
-		op := &ops[0]
-		h, sh := s.hash(op.Key)
-		sh.mu.Lock()
-		st, slot := sh.get(h, op, nowNs)
-		r, w, next := op.Evaluate(now, st)
-		out[0] = r
-		sh.do(w, h, op, next, slot, nowNs)
-		sh.mu.Unlock()
+		out[0] = s.one(now, &ops[0])
 		return nil
 	}
-	return s.doMany(b, now, nowNs, out)
+	return s.doMany(b, now, now.UnixNano(), out)
 }
 
 // DoOne answers op alone at now, as Do does for a batch of op alone. It
@@ -269,14 +261,19 @@ func (s *Store) DoOne(_ context.Context, now time.Time, op store.Op) (store.Resu
 	if err := op.Validate(); err != nil {
 		return store.Result{}, err
 	}
+	return s.one(now, &op), nil
+}
+
+// one applies the valid op alone at now and returns its Result.
+func (s *Store) one(now time.Time, op *store.Op) store.Result {
 	nowNs := now.UnixNano()
 	h, sh := s.hash(op.Key)
 	sh.mu.Lock()
-	st, slot := sh.get(h, &op, nowNs)
+	st, slot := sh.get(h, op, nowNs)
 	r, w, next := op.Evaluate(now, st)
-	sh.do(w, h, &op, next, slot, nowNs)
+	sh.do(w, h, op, next, slot, nowNs)
 	sh.mu.Unlock()
-	return r, nil
+	return r
 }
 
 // doMany is Do for batches of more than one operation.
