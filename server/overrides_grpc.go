@@ -4,10 +4,13 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 )
@@ -31,9 +34,22 @@ func (kv *KV) OverridesGRPC() sluicev1.OverridesServer {
 	return &overridesGRPC{kv: kv}
 }
 
+// overrideSpans name the span of each gRPC method, by its metric label.
+var overrideSpans = map[string]string{
+	methodOverrideList:   "sluice.v1.Overrides/ListOverrides",
+	methodOverrideGet:    "sluice.v1.Overrides/GetOverride",
+	methodOverridePut:    "sluice.v1.Overrides/PutOverride",
+	methodOverrideDelete: "sluice.v1.Overrides/DeleteOverride",
+}
+
 // call runs serve for a gRPC call of method after checking the caller's
-// credentials, and records its metrics.
-func (g *overridesGRPC) call(ctx context.Context, method string, serve func(who string) error) error {
+// credentials, and records its metrics, and its span when tracing.
+func (g *overridesGRPC) call(ctx context.Context, method string, serve func(who string) error) (err error) {
+	if t := g.kv.tracer; t != nil {
+		var span trace.Span
+		ctx, span = t.StartGRPC(ctx, overrideSpans[method])
+		defer func() { tracing.End(span, err, tracing.KeyGRPCStatus.Int(int(status.Code(err)))) }()
+	}
 	start := g.kv.clock.Now()
 	who, err := g.caller(ctx)
 	if err == nil {

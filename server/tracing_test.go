@@ -3,10 +3,12 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -16,8 +18,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
@@ -359,5 +364,68 @@ func TestTracingContinuesTheCallersTrace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTracingOverrideSpans checks that each gRPC call of the runtime
+// overrides API has its span, named by its method, with its gRPC status,
+// an Error status when refused, and none of the override's content.
+func TestTracingOverrideSpans(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracer := tracing.New(tp)
+	defaults, err := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 1, count: 1, period: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := limits.New(defaults, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := limiter.New(memory.New(memory.Options{}), clock.New())
+	ov := server.NewOverrides(server.OverridesOptions{Limiter: lim, Files: func() *limits.Set { return files }, Clock: clock.New(), StoreKind: "memory", Logger: slog.New(slog.DiscardHandler)})
+	kv := server.NewKV(server.KVOptions{Limiter: lim, Limits: ov.Limits, Overrides: ov, Admin: server.AdminAuth{Token: "s3cret"}, Tracer: tracer, Logger: slog.New(slog.DiscardHandler)})
+	gs := grpc.NewServer()
+	sluicev1.RegisterOverridesServer(gs, kv.OverridesGRPC())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c := sluicev1.NewOverridesClient(conn)
+	admin := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer s3cret")
+	ref := &sluicev1.OverrideRef{Name: limits.NewOrdersPerAccount, Id: "12345678"}
+
+	code := func(n int) map[attribute.Key]attribute.Value {
+		return map[attribute.Key]attribute.Value{tracing.KeyGRPCStatus: attribute.IntValue(n)}
+	}
+	for _, tc := range []struct {
+		call func() error
+		want wantSpan
+	}{
+		{func() error {
+			_, err := c.PutOverride(admin, &sluicev1.PutOverrideRequest{Name: ref.Name, Id: ref.Id, Burst: proto.Int64(5), Count: proto.Int64(5), Period: durationpb.New(time.Hour)})
+			return err
+		}, wantSpan{"sluice.v1.Overrides/PutOverride", trace.SpanKindServer, code(0), otelcodes.Unset}},
+		{func() error { _, err := c.GetOverride(admin, ref); return err },
+			wantSpan{"sluice.v1.Overrides/GetOverride", trace.SpanKindServer, code(0), otelcodes.Unset}},
+		{func() error { _, err := c.ListOverrides(admin, &sluicev1.ListOverridesRequest{}); return err },
+			wantSpan{"sluice.v1.Overrides/ListOverrides", trace.SpanKindServer, code(0), otelcodes.Unset}},
+		{func() error { _, err := c.DeleteOverride(t.Context(), ref); return err }, // no token
+			wantSpan{"sluice.v1.Overrides/DeleteOverride", trace.SpanKindServer, code(int(codes.PermissionDenied)), otelcodes.Error}},
+	} {
+		spans.Reset()
+		err := tc.call()
+		if (err != nil) != (tc.want.status == otelcodes.Error) {
+			t.Fatalf("%s: got error %v", tc.want.name, err)
+		}
+		checkSpans(t, spans.GetSpans(), []wantSpan{tc.want})
 	}
 }
