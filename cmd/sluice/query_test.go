@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/internal/apptest"
 )
 
 const queryDomain = `domain: shop
@@ -36,32 +36,7 @@ descriptors:
 // query test's domain, and returns its gRPC address.
 func startService(t *testing.T, tweak func(*app.Options)) string {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "shop.yaml"), []byte(queryDomain), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o := app.Defaults()
-	o.ConfigPath = dir
-	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	o.LogLevel = "error"
-	if tweak != nil {
-		tweak(&o)
-	}
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return a.GRPCAddr()
+	return apptest.Start(t, map[string]string{"shop.yaml": queryDomain}, tweak, nil).GRPCAddr()
 }
 
 func TestQuery(t *testing.T) {

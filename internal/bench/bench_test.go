@@ -6,13 +6,13 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/internal/apptest"
 	"github.com/sluice-rl/sluice/internal/bench"
 )
 
@@ -21,33 +21,7 @@ import (
 // an hour boundary. tweak may change the options.
 func startSluice(t *testing.T, cfg string, tweak func(*app.Options)) *app.App {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o := app.Defaults()
-	o.ConfigPath = dir
-	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	o.LogLevel = "error"
-	if tweak != nil {
-		tweak(&o)
-	}
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clk})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return a
+	return apptest.Start(t, map[string]string{"bench.yaml": cfg}, tweak, clock.NewFake(time.Unix(1_800_000_000, 0)))
 }
 
 func TestBenchAgainstARunningServer(t *testing.T) {
