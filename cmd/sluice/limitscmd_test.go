@@ -1,10 +1,14 @@
 package main
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/internal/apptest"
 )
 
 func TestLimitsShow(t *testing.T) {
@@ -91,4 +95,49 @@ func TestLimitsShow(t *testing.T) {
 			t.Errorf("exit %d, stdout %q, stderr %q: want le.wtf's override", code, out, errOut)
 		}
 	})
+}
+
+// TestLimitsShowWithARunningServicesRuntimeOverrides sets a runtime
+// override on a running service, then asks `sluice limits show --server`:
+// the runtime override applies, named as such; without the token the
+// service refuses and the command says so.
+func TestLimitsShowWithARunningServicesRuntimeOverrides(t *testing.T) {
+	dir := t.TempDir()
+	defaults, token := filepath.Join(dir, "defaults.yaml"), filepath.Join(dir, "token")
+	for path, data := range map[string]string{defaults: "NewOrdersPerAccount: {burst: 300, count: 300, period: 180m}\n", token: "s3cret\n"} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := apptest.Start(t, map[string]string{"shop.yaml": queryDomain}, func(o *app.Options) {
+		o.LimitsPath, o.KVAdminTokenFile = defaults, token
+	}, nil)
+	req, err := http.NewRequest(http.MethodPut, "http://"+a.HTTPAddr()+"/v1/overrides/NewOrdersPerAccount/12345678",
+		strings.NewReader(`{"burst": 1000, "count": 1000, "period": "3h", "comment": "big customer"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT override: %s", resp.Status)
+	}
+
+	code, out, errOut := runCmd("limits", "show", "--limits", defaults, "--server", a.HTTPAddr(), "--admin-token-file", token, "--name", "NewOrdersPerAccount", "12345678")
+	want := `NewOrdersPerAccount: bucket 3:12345678: burst 1000, count 1000 per 3h0m0s (override "12345678", runtime override, set `
+	if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, `"big customer"; the default would be burst 300, count 300 per 3h0m0s`) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	code, out, _ = runCmd("limits", "show", "--limits", defaults, "--name", "NewOrdersPerAccount", "12345678")
+	if code != 0 || !strings.Contains(out, "(default, "+defaults+":1)") {
+		t.Fatalf("without --server: exit %d, stdout %q, want the default", code, out)
+	}
+	code, _, errOut = runCmd("limits", "show", "--limits", defaults, "--server", a.HTTPAddr(), "12345678")
+	if code != 1 || !strings.Contains(errOut, "403 Forbidden") {
+		t.Fatalf("without the token: exit %d, stderr %q, want 1 and the service's 403", code, errOut)
+	}
 }
