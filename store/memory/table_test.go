@@ -7,6 +7,71 @@ import (
 	"testing"
 )
 
+// FuzzTableAgreesWithAMap reads each input byte as an operation on one
+// of 64 keys — the top two bits: insert, remove, or look up; a third of
+// the keys are longer than a slot holds — with hashes crowded onto four
+// home slots when the first byte is odd, and checks the table against a
+// map after each one and slot by slot at the end.
+func FuzzTableAgreesWithAMap(f *testing.F) {
+	f.Add([]byte{1, 0x01, 0x41, 0x81, 0x02, 0xc2, 0x42})
+	f.Add([]byte{0, 0x00, 0x01, 0x02, 0x03, 0x40, 0x41, 0x00})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) == 0 {
+			return
+		}
+		crowd := ops[0]&1 == 1
+		hash := func(k string) uint64 {
+			h := uint64(14695981039346656037)
+			for i := 0; i < len(k); i++ {
+				h = (h ^ uint64(k[i])) * 1099511628211
+			}
+			if crowd {
+				h = (h % 4) << 62
+			}
+			return h | 1
+		}
+		tab := newTable()
+		want := map[string]int64{}
+		for step, op := range ops[1:] {
+			n := int(op & 63)
+			k := strconv.Itoa(n)
+			if n%3 == 0 {
+				k += strings.Repeat("L", inlineKey)
+			}
+			h := hash(k)
+			i, ok := tab.find(h, k)
+			if _, in := want[k]; ok != in {
+				t.Fatalf("step %d: find(%q) = %v, want %v", step, k, ok, in)
+			}
+			switch op >> 6 {
+			case 0, 1:
+				if !ok {
+					i = tab.insert(h, k)
+				}
+				tab.slots[i].val = int64(step)
+				want[k] = int64(step)
+			case 2:
+				if ok {
+					tab.remove(i)
+					delete(want, k)
+				}
+			default:
+				if ok && tab.slots[i].val != want[k] {
+					t.Fatalf("step %d: %q holds %d, want %d", step, k, tab.slots[i].val, want[k])
+				}
+			}
+			if tab.n != len(want) {
+				t.Fatalf("step %d: table holds %d, want %d", step, tab.n, len(want))
+			}
+		}
+		for k, v := range want {
+			if i, ok := tab.find(hash(k), k); !ok || tab.slots[i].val != v {
+				t.Fatalf("at the end: %q found %v, want it with %d", k, ok, v)
+			}
+		}
+	})
+}
+
 // TestTableAgreesWithAMap runs random inserts, lookups and removals, with
 // short and long keys and hashes crowded onto few home slots (so that runs
 // are long and wrap around the table's end), against a Go map, and checks
