@@ -113,7 +113,10 @@ type shard struct {
 }
 
 // cost is the bytes a bucket under key counts towards MaxBytes.
-func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
+func cost(key string) int64 { return costOf(len(key)) }
+
+// costOf is cost for a key of n bytes.
+func costOf(n int) int64 { return int64(n) + EntryOverhead }
 
 // New returns an empty Store.
 func New(o Options) *Store {
@@ -228,11 +231,11 @@ func (s *Store) Close() error {
 }
 
 // hash returns key's hash, with its low bit set (a slot's mark of being
-// taken), and the shard that holds it, chosen by the low bits (the table
-// within the shard uses the top ones).
-func (s *Store) hash(key string) (uint64, *shard) {
+// taken), and the index of the shard that holds it, chosen by the low
+// bits (the table within the shard uses the top ones).
+func (s *Store) hash(key string) (uint64, int) {
 	h := maphash.String(s.seed, key)
-	return h | 1, &s.shards[(h>>1)&s.mask]
+	return h | 1, int((h >> 1) & s.mask)
 }
 
 // Do applies b at now. The shards the batch touches are locked in ascending
@@ -267,7 +270,8 @@ func (s *Store) DoOne(_ context.Context, now time.Time, op store.Op) (store.Resu
 // one applies the valid op alone at now and returns its Result.
 func (s *Store) one(now time.Time, op *store.Op) store.Result {
 	nowNs := now.UnixNano()
-	h, sh := s.hash(op.Key)
+	h, i := s.hash(op.Key)
+	sh := &s.shards[i]
 	sh.mu.Lock()
 	st, slot := sh.get(h, op, nowNs)
 	r, w, next := op.Evaluate(now, st)
@@ -288,9 +292,9 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		idx, hashes = make([]int, 0, len(ops)), make([]uint64, 0, len(ops))
 	}
 	for i := range ops {
-		h, _ := s.hash(ops[i].Key)
+		h, shard := s.hash(ops[i].Key)
 		hashes = append(hashes, h)
-		idx = append(idx, int((h>>1)&s.mask))
+		idx = append(idx, shard)
 	}
 	// Lock each distinct shard once, in ascending order.
 	var lockBuf [32]int
@@ -404,7 +408,7 @@ func (sh *shard) put(h uint64, key string, nowNs int64) int {
 
 // drop deletes the bucket in slot. requires sh.mu held.
 func (sh *shard) drop(slot int) {
-	sh.bytes -= cost(sh.tab.keyOf(&sh.tab.slots[slot]))
+	sh.bytes -= costOf(sh.tab.slots[slot].keyLen())
 	sh.tab.remove(slot)
 }
 

@@ -23,6 +23,9 @@ type slot struct {
 	key   [inlineKey]byte
 }
 
+// keyLen returns the length of the key held in s.
+func (s *slot) keyLen() int { return int(s.klen &^ windowBit) }
+
 // table is an open-addressing hash table with linear probing, grown by
 // doubling when three quarters full. A bucket's home slot is given by the
 // top bits of its hash (the shard is chosen by the low ones), and removal
@@ -61,8 +64,9 @@ func (t *table) find(h uint64, key string) (int, bool) {
 	}
 }
 
+// keyIs reports whether s holds key.
 func (t *table) keyIs(s *slot, key string) bool {
-	n := int(s.klen &^ windowBit)
+	n := s.keyLen()
 	if n != len(key) {
 		return false
 	}
@@ -70,15 +74,6 @@ func (t *table) keyIs(s *slot, key string) bool {
 		return string(s.key[:n]) == key
 	}
 	return t.long[s.kref] == key
-}
-
-// keyOf returns the key held in s.
-func (t *table) keyOf(s *slot) string {
-	n := int(s.klen &^ windowBit)
-	if n <= inlineKey {
-		return string(s.key[:n])
-	}
-	return t.long[s.kref]
 }
 
 // insert adds key, with hash h, which the table does not hold, and returns
@@ -112,7 +107,7 @@ func (t *table) insert(h uint64, key string) int {
 // move back, into i among others.
 func (t *table) remove(i int) {
 	s := &t.slots[i]
-	if int(s.klen&^windowBit) > inlineKey {
+	if s.keyLen() > inlineKey {
 		t.long[s.kref] = ""
 		t.freeLong = append(t.freeLong, s.kref)
 	}

@@ -147,3 +147,13 @@ func TestTableAgreesWithAMap(t *testing.T) {
 		}
 	}
 }
+
+// keyOf returns the key held in s (for the tests: the store needs only
+// its length).
+func (t *table) keyOf(s *slot) string {
+	n := s.keyLen()
+	if n <= inlineKey {
+		return string(s.key[:n])
+	}
+	return t.long[s.kref]
+}
