@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/internal/apptest"
 )
 
 // testApp is a running service on free loopback ports with a fake clock.
@@ -36,29 +37,14 @@ func start(t *testing.T, files map[string]string, tweak func(*app.Options)) *tes
 			t.Fatal(err)
 		}
 	}
-	o := app.Defaults()
+	o := apptest.Options()
 	o.ConfigPath = dir
-	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.ReloadDelay = 20 * time.Millisecond
-	o.LogLevel = "error"
 	if tweak != nil {
 		tweak(&o)
 	}
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0)) // on an hour boundary
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clk})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	a := apptest.Run(t, o, clk)
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-rl/sluice/app"
 	sluiceclient "github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/internal/apptest"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
 )
@@ -52,25 +53,9 @@ func chromiumPath(t *testing.T) string {
 // store.
 func startExamples(t *testing.T) *app.App {
 	t.Helper()
-	o := app.Defaults()
+	o := apptest.Options()
 	o.ConfigPath = "../examples/config"
-	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	o.LogLevel = "error"
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return a
+	return apptest.Run(t, o, nil)
 }
 
 // blockedRule is the example rule every call of the blocked address is

@@ -27,9 +27,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/apptest"
 	"github.com/sluice-rl/sluice/internal/yamlconf"
 )
 
@@ -352,24 +352,9 @@ func walkThrough(t *testing.T) []walkStep {
 // and OVER_LIMIT is the 429 Envoy would answer.
 func TestWalkThrough(t *testing.T) {
 	fp := front(t, loadBootstrap(t))
-	o := app.Defaults()
+	o := apptest.Options()
 	o.ConfigPath = "config"
-	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	o.LogLevel = "error"
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clock.NewFake(time.Unix(1_800_000_000, 0))})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	a := apptest.Run(t, o, clock.NewFake(time.Unix(1_800_000_000, 0)))
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
-// Package apptest starts a whole Sluice service for the tests of the
-// packages that drive one from outside (the sluice command, the load
-// generator): loopback ports the system picks, the given domain files,
+// Package apptest starts a whole Sluice service for tests that drive one
+// from outside (the app's own tests, the sluice command's, the load
+// generator's, the Envoy example's): loopback ports the system picks,
 // shut down when the test ends.
 package apptest
 
@@ -15,25 +15,19 @@ import (
 	"github.com/sluice-rl/sluice/clock"
 )
 
-// Start runs a service whose config directory holds files (name →
-// content), with every listener on a free loopback port and logging only
-// errors; tweak, when not nil, changes the options first, and clk, when
-// not nil, is its clock. The service shuts down when t ends.
-func Start(t testing.TB, files map[string]string, tweak func(*app.Options), clk clock.Clock) *app.App {
-	t.Helper()
-	dir := t.TempDir()
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+// Options returns the service's defaults with every listener on a free
+// loopback port and logging only errors.
+func Options() app.Options {
 	o := app.Defaults()
-	o.ConfigPath = dir
 	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.LogLevel = "error"
-	if tweak != nil {
-		tweak(&o)
-	}
+	return o
+}
+
+// Run builds and starts a service from o, on clk (nil: the real clock),
+// and shuts it down when t ends, failing t if the shutdown fails.
+func Run(t testing.TB, o app.Options, clk clock.Clock) *app.App {
+	t.Helper()
 	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clk})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -49,4 +43,22 @@ func Start(t testing.TB, files map[string]string, tweak func(*app.Options), clk 
 		}
 	})
 	return a
+}
+
+// Start runs a service (Options, then Run) whose config directory holds
+// files (name → content); tweak, when not nil, changes the options first.
+func Start(t testing.TB, files map[string]string, tweak func(*app.Options), clk clock.Clock) *app.App {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := Options()
+	o.ConfigPath = dir
+	if tweak != nil {
+		tweak(&o)
+	}
+	return Run(t, o, clk)
 }
