@@ -36,6 +36,10 @@ func limitsCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *tokenFile != "" && *server == "" {
+		fmt.Fprintln(stderr, "sluice limits show: --admin-token-file is the token for --server, which is not set")
+		return 2
+	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "sluice limits show: want exactly one id, as a caller would give it (an address, an account id, a domain, regId:domain, ...)")
 		return 2
@@ -101,7 +105,10 @@ func describeBucket(set *limits.Set, n limits.Name, b limits.Bucket) string {
 	o, _ := set.Override(b.OverrideKey)
 	at := fmt.Sprintf("%s:%d", o.File, o.Line)
 	if o.Runtime {
-		at = "runtime override, set " + o.Updated.UTC().Format(time.RFC3339)
+		at = "runtime override"
+		if !o.Updated.IsZero() {
+			at += ", set " + o.Updated.UTC().Format(time.RFC3339)
+		}
 	}
 	where := fmt.Sprintf("override %q, %s", o.ID, at)
 	if b.OverrideKey != b.Key {
@@ -160,7 +167,7 @@ func fetchRuntime(addr, tokenFile string, set *limits.Set) (map[string]limits.Ov
 	}
 	rt := make(map[string]limits.Override, len(doc.Overrides))
 	for _, o := range doc.Overrides {
-		updated, _ := time.Parse(time.RFC3339, o.Updated)
+		updated, _ := time.Parse(time.RFC3339, o.Updated) // unknown (zero) when missing: not shown
 		ov, err := set.RuntimeOverride(limits.RuntimeSpec{Name: o.Name, ID: o.ID, Burst: &o.Burst, Count: &o.Count, Period: o.Period, Comment: o.Comment, Updated: updated})
 		if err != nil {
 			return nil, fmt.Errorf("runtime override %s %q from %s: %w", o.Name, o.ID, url, err)

@@ -54,6 +54,8 @@ func TestLimitsShow(t *testing.T) {
 		{name: "an unknown --name is an error",
 			args: []string{"--name", "Bogus", "1"}, wantCode: 1, wantErr: []string{"Bogus"}},
 		{name: "no id is bad usage", args: nil, wantCode: 2, wantErr: []string{"want exactly one id"}},
+		{name: "a token without --server is bad usage",
+			args: []string{"--admin-token-file", "token", "1"}, wantCode: 2, wantErr: []string{"--admin-token-file is the token for --server, which is not set"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
