@@ -69,7 +69,7 @@ type Options struct {
 // quarters full and so is between three eighths and three quarters full
 // (85 to 171 bytes a bucket, keys of up to 24 bytes included); a longer
 // key adds its copy and a string header. Measured on amd64 with Go 1.26 at
-// 105 to 125 bytes per bucket besides a 16-byte key
+// 96 to 125 bytes per bucket besides a 16-byte key
 // (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
 // MaxBytes but for the moment after a table doubles.
 const EntryOverhead = 160
