@@ -197,11 +197,7 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 	b, key, err := set.AppendResolve(sc.key[:0], name, id)
 	sc.key = key[:0]
 	if err != nil {
-		field := "id"
-		if errors.Is(err, limits.ErrUnknownName) {
-			field = "name"
-		}
-		return Decision{}, InvalidErr(field, "", err)
+		return Decision{}, ResolveErr(err)
 	}
 	txn := Transaction{Limit: b.Limit, Disabled: !b.Enabled, Cost: cost, Kind: CheckAndSpend, Name: b.Name.Text, ID: id}
 	if l.oner != nil {
@@ -213,6 +209,16 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 		txn.Key = string(key)
 	}
 	return l.one(ctx, txn)
+}
+
+// ResolveErr is the Invalid error for a failed limits.Set.Resolve: on
+// field "name" for an unknown name, else on "id", wrapping err.
+func ResolveErr(err error) error {
+	field := "id"
+	if errors.Is(err, limits.ErrUnknownName) {
+		field = "name"
+	}
+	return InvalidErr(field, "", err)
 }
 
 // Reset makes the bucket of txn full again. Its decision is allowed, with

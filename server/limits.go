@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -278,11 +277,7 @@ func resolve(set *limits.Set, t kvTxn) (limits.Bucket, limiter.Transaction, erro
 	}
 	b, err := set.Resolve(t.name, t.id)
 	if err != nil {
-		field := "id"
-		if errors.Is(err, limits.ErrUnknownName) {
-			field = "name"
-		}
-		return limits.Bucket{}, limiter.Transaction{}, limiter.InvalidErr(field, "", err)
+		return limits.Bucket{}, limiter.Transaction{}, limiter.ResolveErr(err)
 	}
 	cost := int64(1)
 	switch {
