@@ -43,12 +43,37 @@ type tracedServer struct {
 	http  *httptest.Server
 }
 
-func startTraced(t *testing.T) *tracedServer {
+// newTracer returns a tracer that samples every span and exports it to
+// the returned in-memory exporter.
+func newTracer(t *testing.T) (*tracing.Tracer, *tracetest.InMemoryExporter) {
 	t.Helper()
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	tracer := tracing.New(tp)
+	return tracing.New(tp), spans
+}
+
+// serveGRPC serves gs on a free loopback port until the test ends and
+// returns a clear-text connection to it.
+func serveGRPC(t *testing.T, gs *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func startTraced(t *testing.T) *tracedServer {
+	t.Helper()
+	tracer, spans := newTracer(t)
 
 	lim := limiter.New(memory.New(memory.Options{}), clock.New())
 	lim.TraceStore(tracer, "memory")
@@ -75,17 +100,7 @@ func startTraced(t *testing.T) *tracedServer {
 	gs := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(gs, rls)
 	sluicev1.RegisterLimitsServer(gs, kv)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := serveGRPC(t, gs)
 
 	mux := http.NewServeMux()
 	mux.Handle("/json", server.JSONHandler(rls))
@@ -371,10 +386,7 @@ func TestTracingContinuesTheCallersTrace(t *testing.T) {
 // overrides API has its span, named by its method, with its gRPC status,
 // an Error status when refused, and none of the override's content.
 func TestTracingOverrideSpans(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	tracer := tracing.New(tp)
+	tracer, spans := newTracer(t)
 	defaults, err := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 1, count: 1, period: 1m}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -388,17 +400,7 @@ func TestTracingOverrideSpans(t *testing.T) {
 	kv := server.NewKV(server.KVOptions{Limiter: lim, Limits: ov.Limits, Overrides: ov, Admin: server.AdminAuth{Token: "s3cret"}, Tracer: tracer, Logger: slog.New(slog.DiscardHandler)})
 	gs := grpc.NewServer()
 	sluicev1.RegisterOverridesServer(gs, kv.OverridesGRPC())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := serveGRPC(t, gs)
 	c := sluicev1.NewOverridesClient(conn)
 	admin := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer s3cret")
 	ref := &sluicev1.OverrideRef{Name: limits.NewOrdersPerAccount, Id: "12345678"}
