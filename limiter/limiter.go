@@ -263,7 +263,7 @@ func (l *Limiter) one(ctx context.Context, txn Transaction) (Decision, error) {
 		if l.cache != nil && txn.Kind == ResetBucket {
 			l.cache.forget(txn.Key)
 		}
-		r, err := l.oner.DoOne(ctx, l.clock.Now(), op(&txn))
+		r, err := l.oner.DoOne(ctx, l.clock, op(&txn))
 		if err != nil {
 			return Decision{}, storeError("apply batch: ", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 )
 
@@ -140,14 +141,15 @@ type Store interface {
 }
 
 // Oner is a Store that also answers a single operation on its own, with
-// no batch to build: DoOne(ctx, now, op) answers as Do does for a batch
-// of op alone, and returns its Result. It MUST NOT keep op.Key, or any
+// no batch to build: DoOne(ctx, clk, op) answers as Do does for a batch
+// of op alone at clk's time, read once, as late as the store can (after
+// it has asked for the bucket's memory), and returns its Result. It MUST NOT keep op.Key, or any
 // string sharing its bytes, after it returns: the caller may build the key
 // in memory it reuses. The limiter uses it for its single-transaction
 // calls when the store has it.
 type Oner interface {
 	Store
-	DoOne(ctx context.Context, now time.Time, op Op) (Result, error)
+	DoOne(ctx context.Context, clk clock.Clock, op Op) (Result, error)
 }
 
 // ErrUnavailable reports a backend that cannot be reached or did not answer

@@ -28,10 +28,13 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/store"
 )
 
@@ -103,13 +106,33 @@ type shard struct {
 	// tab holds the buckets, each with its key and state in one slot: a
 	// decision reads and changes its bucket in one memory access.
 	tab      table
-	bytes    int64    // sum of cost(key) over buckets
-	inserts  int      // inserts since the last sweep
-	expired  int64    // expired buckets removed, in total
-	refused  int64    // new buckets not kept for want of room, in total
-	max      int      // bound on len(buckets)
-	maxBytes int64    // bound on bytes
-	_        [64]byte // keep neighbouring shards' locks off one cache line
+	bytes    int64 // sum of cost(key) over buckets
+	inserts  int   // inserts since the last sweep
+	expired  int64 // expired buckets removed, in total
+	refused  int64 // new buckets not kept for want of room, in total
+	max      int   // bound on len(buckets)
+	maxBytes int64 // bound on bytes
+	// slotsAt and slotsShift publish where tab's slots are and its shift,
+	// so that a decision can start loading its bucket's slot before it
+	// reads the clock and takes mu (see DoOne). Stored under mu when the
+	// slots move, loaded without it: a stale pair only makes a useless
+	// prefetch.
+	slotsAt    atomic.Uintptr
+	slotsShift atomic.Uint32
+	_          [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// publish stores where tab's slots are, for prefetchSlot. requires sh.mu
+// held, or no other user yet.
+func (sh *shard) publish() {
+	sh.slotsAt.Store(uintptr(unsafe.Pointer(unsafe.SliceData(sh.tab.slots))))
+	sh.slotsShift.Store(uint32(sh.tab.shift))
+}
+
+// prefetchSlot starts loading the home slot of the bucket whose hash is h,
+// without waiting for it and without the lock.
+func (sh *shard) prefetchSlot(h uint64) {
+	prefetch(sh.slotsAt.Load() + uintptr(h>>sh.slotsShift.Load())*unsafe.Sizeof(slot{}))
 }
 
 // cost is the bytes a bucket under key counts towards MaxBytes.
@@ -150,6 +173,7 @@ func New(o Options) *Store {
 	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
 	for i := range s.shards {
 		s.shards[i].tab = newTable()
+		s.shards[i].publish()
 		s.shards[i].max = per
 		s.shards[i].maxBytes = perBytes
 	}
@@ -224,6 +248,7 @@ func (s *Store) Close() error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.tab.clear()
+		sh.publish()
 		sh.bytes = 0
 		sh.mu.Unlock()
 	}
@@ -257,21 +282,33 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 	return s.doMany(b, now, now.UnixNano(), out)
 }
 
-// DoOne answers op alone at now, as Do does for a batch of op alone. It
-// keeps no reference to op.Key: a key that fits a slot is copied into it,
-// a longer one is copied once, when its bucket is made.
-func (s *Store) DoOne(_ context.Context, now time.Time, op store.Op) (store.Result, error) {
+// DoOne answers op alone at clk's time, as Do does for a batch of op
+// alone. It keeps no reference to op.Key: a key that fits a slot is copied
+// into it, a longer one is copied once, when its bucket is made.
+//
+// It asks the processor for the bucket's slot first and reads the clock
+// after: the clock read is ordered (it waits for the loads before it), so
+// reading it first would leave the slot's load, most often from memory
+// when there are many buckets, to start only after it.
+func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Result, error) {
+	h, i := s.hash(op.Key)
+	sh := &s.shards[i]
+	sh.prefetchSlot(h)
 	if err := op.Validate(); err != nil {
 		return store.Result{}, err
 	}
-	return s.one(now, &op), nil
+	return s.oneIn(sh, h, clk.Now(), &op), nil
 }
 
 // one applies the valid op alone at now and returns its Result.
 func (s *Store) one(now time.Time, op *store.Op) store.Result {
-	nowNs := now.UnixNano()
 	h, i := s.hash(op.Key)
-	sh := &s.shards[i]
+	return s.oneIn(&s.shards[i], h, now, op)
+}
+
+// oneIn is one for op, whose hash is h, in its shard sh.
+func (s *Store) oneIn(sh *shard, h uint64, now time.Time, op *store.Op) store.Result {
+	nowNs := now.UnixNano()
 	sh.mu.Lock()
 	st, slot := sh.get(h, op, nowNs)
 	r, w, next := op.Evaluate(now, st)
@@ -403,7 +440,11 @@ func (sh *shard) put(h uint64, key string, nowNs int64) int {
 		return -1
 	}
 	sh.bytes += c
-	return sh.tab.insert(h, key)
+	i := sh.tab.insert(h, key)
+	if uint32(sh.tab.shift) != sh.slotsShift.Load() {
+		sh.publish() // the table grew
+	}
+	return i
 }
 
 // drop deletes the bucket in slot. requires sh.mu held.

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -157,6 +158,7 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 	one, batch := memory.New(memory.Options{Shards: 2}), memory.New(memory.Options{Shards: 2})
 	r := rand.New(rand.NewPCG(3, 4))
 	now := storetest.Base()
+	clk := clock.NewFake(now)
 	ctx := context.Background()
 	out := make([]store.Result, 1)
 	for step := range 5000 {
@@ -169,8 +171,8 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 		} else {
 			op.Algorithm, op.Window = store.FixedWindow, store.Window{Limit: 4, Length: time.Second}
 		}
-		now = now.Add(time.Duration(r.IntN(60)) * time.Millisecond)
-		got, err := one.DoOne(ctx, now, op)
+		now = clk.Add(time.Duration(r.IntN(60)) * time.Millisecond)
+		got, err := one.DoOne(ctx, clk, op)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +184,7 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 		}
 	}
 	op := store.Op{Key: "bad", Algorithm: store.GCRA, Kind: store.Spend}
-	if _, err := one.DoOne(ctx, now, op); !errors.Is(err, store.ErrBadBatch) {
+	if _, err := one.DoOne(ctx, clk, op); !errors.Is(err, store.ErrBadBatch) {
 		t.Fatalf("an invalid limit: got %v, want ErrBadBatch", err)
 	}
 }
@@ -193,7 +195,7 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 func TestDoOneKeepsNoReferenceToTheKey(t *testing.T) {
 	t.Parallel()
 	s := memory.New(memory.Options{Shards: 1})
-	now := storetest.Base()
+	now := clock.NewFake(storetest.Base())
 	ctx := context.Background()
 	for _, key := range []string{"short", strings.Repeat("long-key-", 8)} {
 		buf := []byte(key)
