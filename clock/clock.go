@@ -29,7 +29,13 @@ type Clock interface {
 // for a step of the wall clock (set by hand, or stepped by NTP), which Now
 // follows within resync.
 type Real struct {
-	anchor atomic.Pointer[time.Time] // the last reading of the wall clock
+	anchor atomic.Pointer[anchor] // the last reading of the wall clock
+}
+
+// anchor is a reading of the wall clock, t, with its Unix nanoseconds.
+type anchor struct {
+	t  time.Time
+	ns int64
 }
 
 // resync is how long Now goes without reading the wall clock.
@@ -39,13 +45,38 @@ const resync = 100 * time.Millisecond
 func (r *Real) Now() time.Time {
 	if a := r.anchor.Load(); a != nil {
 		// time.Since reads only the monotonic clock.
-		if d := time.Since(*a); d >= 0 && d < resync {
-			return a.Add(d)
+		if d := time.Since(a.t); d >= 0 && d < resync {
+			return a.t.Add(d)
 		}
 	}
+	return r.read().t
+}
+
+// UnixNano returns Now().UnixNano(), without making a time.Time.
+func (r *Real) UnixNano() int64 {
+	if a := r.anchor.Load(); a != nil {
+		if d := time.Since(a.t); d >= 0 && d < resync {
+			return a.ns + int64(d)
+		}
+	}
+	return r.read().ns
+}
+
+// read reads the wall clock and makes it the anchor.
+func (r *Real) read() *anchor {
 	t := time.Now()
-	r.anchor.Store(&t)
-	return t
+	a := &anchor{t: t, ns: t.UnixNano()}
+	r.anchor.Store(a)
+	return a
+}
+
+// UnixNano returns c's time in Unix nanoseconds: c.Now().UnixNano(), the
+// real clock's without making a time.Time.
+func UnixNano(c Clock) int64 {
+	if r, ok := c.(*Real); ok {
+		return r.UnixNano()
+	}
+	return c.Now().UnixNano()
 }
 
 // New returns the real clock.

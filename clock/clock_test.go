@@ -78,10 +78,29 @@ func TestRealClockTellsWallTime(t *testing.T) {
 		if w := got.UnixNano(); w < before.UnixNano() || w > after.UnixNano() {
 			t.Fatalf("reading %d: got wall time %d ns, want between %d and %d", n, w, before.UnixNano(), after.UnixNano())
 		}
+		// The nanosecond reading, alone and through clock.UnixNano.
+		for i, w := range []int64{c.UnixNano(), clock.UnixNano(&c)} {
+			if late := time.Now().UnixNano(); w < before.UnixNano() || w > late {
+				t.Fatalf("reading %d, UnixNano %d: got %d ns, want between %d and %d", n, i, w, before.UnixNano(), late)
+			}
+		}
 		n++
 		if n%1000 == 0 {
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+func TestUnixNanoOfAFakeClock(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 23, 12, 0, 0, 123, time.UTC)
+	c := clock.NewFake(start)
+	if got := clock.UnixNano(c); got != start.UnixNano() {
+		t.Errorf("got %d, want %d", got, start.UnixNano())
+	}
+	c.Advance(time.Second)
+	if got := clock.UnixNano(c); got != start.Add(time.Second).UnixNano() {
+		t.Errorf("after a second: got %d, want %d", got, start.Add(time.Second).UnixNano())
 	}
 }
 

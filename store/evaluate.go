@@ -50,18 +50,24 @@ func (op *Op) Decides() bool {
 // (Op.Validate). It is a pure function: no I/O, no allocation.
 func (op *Op) Evaluate(now time.Time, prior State) (Result, Write, State) {
 	var r Result
-	w := op.evaluate(now, &prior, &r)
+	w := op.evaluate(now.UnixNano(), &prior, &r)
+	return r, w, prior
+}
+
+// EvaluateAt is Evaluate at nowNs, in Unix nanoseconds.
+func (op *Op) EvaluateAt(nowNs int64, prior State) (Result, Write, State) {
+	var r Result
+	w := op.evaluate(nowNs, &prior, &r)
 	return r, w, prior
 }
 
 // evaluate is Evaluate writing in place, for the batch's sake: st holds the
 // prior state and receives the state to put (the zero State unless the
 // write is Put), r receives the Result.
-func (op *Op) evaluate(now time.Time, st *State, r *Result) Write {
+func (op *Op) evaluate(nowNs int64, st *State, r *Result) Write {
 	if op.Algorithm == FixedWindow {
-		return op.evaluateWindow(now, st, r)
+		return op.evaluateWindow(time.Unix(0, nowNs), st, r)
 	}
-	nowNs := now.UnixNano()
 	live := st.Exists && st.TAT > nowNs
 	p := op.Limit.Params()
 	switch op.Kind {
@@ -181,10 +187,11 @@ func (op *Op) evaluateWindow(now time.Time, st *State, r *Result) Write {
 // It is a pure function and allocates nothing.
 func Evaluate(now time.Time, b Batch, states []State, out []Result, writes []Write) {
 	ops := b.Ops
+	nowNs := now.UnixNano()
 	denied := false
 	for i := range ops {
 		op := &ops[i]
-		writes[i] = op.evaluate(now, &states[i], &out[i])
+		writes[i] = op.evaluate(nowNs, &states[i], &out[i])
 		if op.Decides() && !out[i].Allowed {
 			denied = true
 		}

@@ -297,21 +297,20 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 	if err := op.Validate(); err != nil {
 		return store.Result{}, err
 	}
-	return s.oneIn(sh, h, clk.Now(), &op), nil
+	return s.oneIn(sh, h, clock.UnixNano(clk), &op), nil
 }
 
 // one applies the valid op alone at now and returns its Result.
 func (s *Store) one(now time.Time, op *store.Op) store.Result {
 	h, i := s.hash(op.Key)
-	return s.oneIn(&s.shards[i], h, now, op)
+	return s.oneIn(&s.shards[i], h, now.UnixNano(), op)
 }
 
-// oneIn is one for op, whose hash is h, in its shard sh.
-func (s *Store) oneIn(sh *shard, h uint64, now time.Time, op *store.Op) store.Result {
-	nowNs := now.UnixNano()
+// oneIn is one for op, whose hash is h, in its shard sh, at nowNs.
+func (s *Store) oneIn(sh *shard, h uint64, nowNs int64, op *store.Op) store.Result {
 	sh.mu.Lock()
 	st, slot := sh.get(h, op, nowNs)
-	r, w, next := op.Evaluate(now, st)
+	r, w, next := op.EvaluateAt(nowNs, st)
 	sh.do(w, h, op, next, slot, nowNs)
 	sh.mu.Unlock()
 	return r
