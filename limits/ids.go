@@ -183,11 +183,8 @@ func appendNatural(dst []byte, f Format, id string) (_ []byte, acct int, rule st
 		}
 		return p.AppendTo(dst), -1, ""
 	case FormatRegID:
-		n, r := naturalRegID(id)
-		if r != "" {
-			return dst, -1, r
-		}
-		return strconv.AppendUint(dst, n, 10), -1, ""
+		dst, r := appendRegID(dst, id)
+		return dst, -1, r
 	case FormatIdentValue:
 		dst, r := appendIdent(dst, id)
 		return dst, -1, r
@@ -206,11 +203,10 @@ func appendNatural(dst []byte, f Format, id string) (_ []byte, acct int, rule st
 		if !ok {
 			return dst, -1, "must be formatted 'regId:" + sub.String() + "'"
 		}
-		n, r := naturalRegID(acctID)
+		dst, r := appendRegID(dst, acctID)
 		if r != "" {
 			return dst, -1, fmt.Sprintf("regId %q %s", acctID, r)
 		}
-		dst = strconv.AppendUint(dst, n, 10)
 		acct = len(dst)
 		dst = append(dst, ':')
 		dst, _, r = appendNatural(dst, sub, value)
@@ -327,6 +323,30 @@ func regIDRule(id string) string {
 		return "must be a decimal account id that fits in 64 bits"
 	}
 	return ""
+}
+
+// appendRegID appends the natural form of the account id to dst (see
+// naturalRegID), or returns dst and the rule id breaks. An id of up to 19
+// digits without a leading zero is its own natural form (every such number
+// fits in 64 bits) and is copied as it is, without parsing.
+func appendRegID(dst []byte, id string) ([]byte, string) {
+	if n := len(id); n > 0 && n <= 19 && id[0] != '0' {
+		digits := true
+		for i := 0; i < n; i++ {
+			if id[i] < '0' || id[i] > '9' {
+				digits = false
+				break
+			}
+		}
+		if digits {
+			return append(dst, id...), ""
+		}
+	}
+	n, r := naturalRegID(id)
+	if r != "" {
+		return dst, r
+	}
+	return strconv.AppendUint(dst, n, 10), ""
 }
 
 // naturalRegID parses a natural account id: decimal digits only, leading
