@@ -276,7 +276,8 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 	}
 	if len(ops) == 1 {
 		// One op is its own batch: nothing for all-or-nothing to block.
-		out[0] = s.one(now, &ops[0])
+		h, i := s.hash(ops[0].Key)
+		out[0] = s.oneIn(&s.shards[i], h, now.UnixNano(), &ops[0])
 		return nil
 	}
 	return s.doMany(b, now, now.UnixNano(), out)
@@ -300,13 +301,8 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 	return s.oneIn(sh, h, clock.UnixNano(clk), &op), nil
 }
 
-// one applies the valid op alone at now and returns its Result.
-func (s *Store) one(now time.Time, op *store.Op) store.Result {
-	h, i := s.hash(op.Key)
-	return s.oneIn(&s.shards[i], h, now.UnixNano(), op)
-}
-
-// oneIn is one for op, whose hash is h, in its shard sh, at nowNs.
+// oneIn applies the valid op, whose hash is h, alone in its shard sh at
+// nowNs, and returns its Result.
 func (s *Store) oneIn(sh *shard, h uint64, nowNs int64, op *store.Op) store.Result {
 	sh.mu.Lock()
 	st, slot := sh.get(h, op, nowNs)
