@@ -471,7 +471,8 @@ func (sh *shard) makeRoom(nowNs int64, c int64) bool {
 
 // scan examines up to budget buckets (and at most four times as many
 // slots), from the table's cursor on, removing the expired ones, until
-// done reports true after a removal. requires sh.mu held.
+// done reports true after a removal; then it shrinks the table if it has
+// become sparse. requires sh.mu held.
 func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
 	t := &sh.tab
 	m := t.mask()
@@ -495,6 +496,9 @@ func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
 		}
 	}
 	t.cursor = i
+	if t.shrink() {
+		sh.publish()
+	}
 }
 
 // sortInts sorts a in place: insertion sort for the usual short batch,

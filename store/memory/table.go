@@ -1,6 +1,9 @@
 package memory
 
-import "strings"
+import (
+	"math/bits"
+	"strings"
+)
 
 // inlineKey is the longest key kept in its slot; a longer one is kept in
 // table.long and costs a second memory access to compare.
@@ -27,7 +30,8 @@ type slot struct {
 func (s *slot) keyLen() int { return int(s.klen &^ windowBit) }
 
 // table is an open-addressing hash table with linear probing, grown by
-// doubling when three quarters full. A bucket's home slot is given by the
+// doubling when three quarters full and shrunk by halving, when swept,
+// while less than an eighth full. A bucket's home slot is given by the
 // top bits of its hash (the shard is chosen by the low ones), and removal
 // shifts the buckets after it back, so that no tombstones build up.
 type table struct {
@@ -131,10 +135,31 @@ func (t *table) remove(i int) {
 }
 
 // grow doubles the table.
-func (t *table) grow() {
+func (t *table) grow() { t.resize(2 * len(t.slots)) }
+
+// shrink halves the table while it is less than an eighth full and longer
+// than minSlots, and reports whether it did: a table whose buckets have
+// mostly expired gives its memory back. It moves every slot. (The table
+// grows at three quarters full, so a shrunk table, less than a quarter
+// full, is far from growing again.)
+func (t *table) shrink() bool {
+	size := len(t.slots)
+	for size > minSlots && t.n*8 < size {
+		size /= 2
+	}
+	if size == len(t.slots) {
+		return false
+	}
+	t.resize(size)
+	return true
+}
+
+// resize moves every bucket into a new table of size slots, a power of
+// two.
+func (t *table) resize(size int) {
 	old := t.slots
-	t.slots = make([]slot, 2*len(old))
-	t.shift--
+	t.slots = make([]slot, size)
+	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	m := t.mask()
 	for k := range old {
 		if old[k].hash == 0 {

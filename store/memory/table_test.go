@@ -8,10 +8,10 @@ import (
 )
 
 // FuzzTableAgreesWithAMap reads each input byte as an operation on one
-// of 64 keys — the top two bits: insert, remove, or look up; a third of
-// the keys are longer than a slot holds — with hashes crowded onto four
-// home slots when the first byte is odd, and checks the table against a
-// map after each one and slot by slot at the end.
+// of 64 keys — the top two bits: insert, remove (then shrink), or look
+// up; a third of the keys are longer than a slot holds — with hashes
+// crowded onto four home slots when the first byte is odd, and checks the
+// table against a map after each one and slot by slot at the end.
 func FuzzTableAgreesWithAMap(f *testing.F) {
 	f.Add([]byte{1, 0x01, 0x41, 0x81, 0x02, 0xc2, 0x42})
 	f.Add([]byte{0, 0x00, 0x01, 0x02, 0x03, 0x40, 0x41, 0x00})
@@ -54,6 +54,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				if ok {
 					tab.remove(i)
 					delete(want, k)
+					tab.shrink()
 				}
 			default:
 				if ok && tab.slots[i].val != want[k] {
@@ -156,4 +157,70 @@ func (t *table) keyOf(s *slot) string {
 		return string(s.key[:n])
 	}
 	return t.long[s.kref]
+}
+
+// TestTableShrinks fills tables, removes most of their buckets, shrinks
+// them, and checks every bucket left is found with its value, that the
+// table is as small as it may be, and that it grows again.
+func TestTableShrinks(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, crowd := range []bool{false, true} {
+		for _, keep := range []int{0, 1, 7, 100, 600} {
+			hash := func(k string) uint64 {
+				h := uint64(14695981039346656037)
+				for i := 0; i < len(k); i++ {
+					h = (h ^ uint64(k[i])) * 1099511628211
+				}
+				if crowd {
+					h = (h % 7) << 61
+				}
+				return h | 1
+			}
+			tab := newTable()
+			want := map[string]int64{}
+			for i := range 5000 {
+				k := strconv.Itoa(i)
+				if i%4 == 0 {
+					k += strings.Repeat("L", inlineKey)
+				}
+				tab.slots[tab.insert(hash(k), k)].val = int64(i)
+				want[k] = int64(i)
+			}
+			for k := range want {
+				if len(want) == keep {
+					break
+				}
+				i, ok := tab.find(hash(k), k)
+				if !ok {
+					t.Fatalf("crowd %v: %q not found before removal", crowd, k)
+				}
+				tab.remove(i)
+				delete(want, k)
+			}
+			before := len(tab.slots)
+			shrunk := tab.shrink()
+			size := len(tab.slots)
+			if shrunk != (size < before) || size < minSlots || (size > minSlots && keep*8 < size) || keep*4 >= size {
+				t.Fatalf("crowd %v, %d kept: %d slots -> %d (shrunk %v), want the fewest slots at least %d with %d kept under a quarter full",
+					crowd, keep, before, size, shrunk, minSlots, keep)
+			}
+			if tab.n != keep {
+				t.Fatalf("crowd %v: holds %d, want %d", crowd, tab.n, keep)
+			}
+			for k, v := range want {
+				if i, ok := tab.find(hash(k), k); !ok || tab.slots[i].val != v {
+					t.Fatalf("crowd %v, %d kept: %q found %v, want it with %d", crowd, keep, k, ok, v)
+				}
+			}
+			for i := range 2000 {
+				k := "again" + strconv.Itoa(i+r.IntN(3)*10000)
+				if _, ok := tab.find(hash(k), k); !ok {
+					tab.insert(hash(k), k)
+				}
+			}
+			if tab.n*4 > len(tab.slots)*3 {
+				t.Fatalf("crowd %v: %d buckets in %d slots after growing again", crowd, tab.n, len(tab.slots))
+			}
+		}
+	}
 }

@@ -1,0 +1,54 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/store"
+)
+
+// TestExpiredBucketsGiveTheirMemoryBack makes 5,000 buckets, lets them
+// expire, and keeps making short-lived ones: the sweeps remove the expired
+// buckets and the shard's table shrinks, with the live buckets still
+// found and the prefetched address still each bucket's home slot.
+func TestExpiredBucketsGiveTheirMemoryBack(t *testing.T) {
+	s := New(Options{Shards: 1})
+	sh := &s.shards[0]
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	ctx := context.Background()
+	spend := func(key string, period time.Duration) store.Result {
+		t.Helper()
+		r, err := s.DoOne(ctx, clk, store.Op{Key: key, Algorithm: store.GCRA, Kind: store.Spend,
+			Limit: gcra.Limit{Burst: 2, Count: 1, Period: period}, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i := range 5000 {
+		spend(fmt.Sprint("old-", i), time.Second)
+	}
+	big := len(sh.tab.slots)
+	spend("kept", time.Hour)
+	clk.Advance(2 * time.Second)
+	for i := range 20000 {
+		clk.Advance(2 * time.Millisecond)
+		spend(fmt.Sprint("new-", i), time.Millisecond)
+	}
+	if small := len(sh.tab.slots); small*8 > big || sh.tab.n*8 > small && small > minSlots {
+		t.Fatalf("%d slots for 5,000 buckets, then %d slots for %d buckets: want at most an eighth", big, small, sh.tab.n)
+	}
+	if r := spend("kept", time.Hour); r.Remaining != 0 {
+		t.Errorf("the live bucket: %d left, want 0 (its first spend kept)", r.Remaining)
+	}
+	h, _ := s.hash("kept")
+	got := sh.slotsAt.Load() + uintptr(h>>sh.slotsShift.Load())*unsafe.Sizeof(slot{})
+	if want := uintptr(unsafe.Pointer(&sh.tab.slots[sh.tab.home(h)])); got != want {
+		t.Errorf("after shrinking: prefetched %#x, home slot at %#x", got, want)
+	}
+}
