@@ -496,7 +496,7 @@ func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
 		}
 	}
 	t.cursor = i
-	if t.shrink() {
+	if t.n*8 < len(t.slots) && t.shrink() {
 		sh.publish()
 	}
 }
