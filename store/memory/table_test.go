@@ -7,6 +7,20 @@ import (
 	"testing"
 )
 
+// fnv is the FNV-1a hash of k with its low bit set, as the table wants;
+// when crowd is set, only its top three bits vary, over homes values, so
+// that runs of buckets are long and wrap around the table's end.
+func fnv(k string, crowd bool, homes uint64) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(k); i++ {
+		h = (h ^ uint64(k[i])) * 1099511628211
+	}
+	if crowd {
+		h = (h % homes) << 61
+	}
+	return h | 1
+}
+
 // FuzzTableAgreesWithAMap reads each input byte as an operation on one
 // of 64 keys — the top two bits: insert, remove (then shrink), or look
 // up; a third of the keys are longer than a slot holds — with hashes
@@ -20,16 +34,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			return
 		}
 		crowd := ops[0]&1 == 1
-		hash := func(k string) uint64 {
-			h := uint64(14695981039346656037)
-			for i := 0; i < len(k); i++ {
-				h = (h ^ uint64(k[i])) * 1099511628211
-			}
-			if crowd {
-				h = (h % 4) << 62
-			}
-			return h | 1
-		}
+		hash := func(k string) uint64 { return fnv(k, crowd, 4) }
 		tab := newTable()
 		want := map[string]int64{}
 		for step, op := range ops[1:] {
@@ -166,16 +171,7 @@ func TestTableShrinks(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, crowd := range []bool{false, true} {
 		for _, keep := range []int{0, 1, 7, 100, 600} {
-			hash := func(k string) uint64 {
-				h := uint64(14695981039346656037)
-				for i := 0; i < len(k); i++ {
-					h = (h ^ uint64(k[i])) * 1099511628211
-				}
-				if crowd {
-					h = (h % 7) << 61
-				}
-				return h | 1
-			}
+			hash := func(k string) uint64 { return fnv(k, crowd, 7) }
 			tab := newTable()
 			want := map[string]int64{}
 			for i := range 5000 {
