@@ -114,6 +114,40 @@ func BenchmarkBatch5(b *testing.B) {
 	}
 }
 
+// BenchmarkBatch5ManyBuckets is an all-or-nothing batch of 5 decisions (an
+// Envoy request of 5 descriptors, or a key-value batch) over 1,000,000
+// distinct buckets, most of them not in cache.
+func BenchmarkBatch5ManyBuckets(b *testing.B) {
+	s := memory.New(memory.Options{})
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	ops := make([]store.Op, 5)
+	for i := range ops {
+		ops[i] = store.Op{Algorithm: store.GCRA, Kind: store.Spend, Limit: benchLimit, Cost: 1}
+	}
+	out := make([]store.Result, 5)
+	for i := range benchKeys { // populate: measure decisions, not inserts
+		ops[0].Key = benchKeyList[i]
+		_ = s.Do(ctx, now, store.Batch{Ops: ops[:1]}, out)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		for j := range ops {
+			ops[j].Key = benchKeyList[i]
+			i += 7919 // a prime: the 5 buckets far apart, every bucket in turn
+			if i >= benchKeys {
+				i -= benchKeys
+				now = now.Add(time.Second / 5)
+			}
+		}
+		if err := s.Do(ctx, now, store.Batch{Ops: ops, AllOrNothing: true}, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkSprayFullStore is a decision on a new key while every shard is
 // full of live buckets: the scan for expired ones finds none, and the new
 // bucket is answered but not kept.

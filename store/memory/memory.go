@@ -327,6 +327,9 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		h, shard := s.hash(ops[i].Key)
 		hashes = append(hashes, h)
 		idx = append(idx, shard)
+		// Ask for every bucket's slot before waiting on any: their loads
+		// from memory overlap.
+		s.shards[shard].prefetchSlot(h)
 	}
 	// Lock each distinct shard once, in ascending order.
 	var lockBuf [32]int
