@@ -267,17 +267,24 @@ func (s *Store) hash(key string) (uint64, int) {
 // order, so batches never deadlock and each is applied as if alone; under
 // the locks, store.Evaluate decides the batch.
 func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.Result) error {
+	ops := b.Ops
+	if len(ops) == 1 {
+		// One op is its own batch: nothing for all-or-nothing to block.
+		// Its slot is asked for before the checks, which then overlap the
+		// load.
+		h, i := s.hash(ops[0].Key)
+		sh := &s.shards[i]
+		sh.prefetchSlot(h)
+		if err := b.Check(out); err != nil {
+			return err
+		}
+		out[0] = s.oneIn(sh, h, now.UnixNano(), &ops[0])
+		return nil
+	}
 	if err := b.Check(out); err != nil {
 		return err
 	}
-	ops := b.Ops
 	if len(ops) == 0 {
-		return nil
-	}
-	if len(ops) == 1 {
-		// One op is its own batch: nothing for all-or-nothing to block.
-		h, i := s.hash(ops[0].Key)
-		out[0] = s.oneIn(&s.shards[i], h, now.UnixNano(), &ops[0])
 		return nil
 	}
 	return s.doMany(b, now, now.UnixNano(), out)
