@@ -194,7 +194,8 @@ func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) 
 func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string, cost int64) (Decision, error) {
 	sc := scratchPool.Get().(*Scratch)
 	defer sc.release()
-	b, key, err := set.AppendResolve(sc.key[:0], name, id)
+	var b limits.Bucket
+	key, err := set.AppendResolve(sc.key[:0], name, id, &b)
 	sc.key = key[:0]
 	if err != nil {
 		return Decision{}, ResolveErr(err)

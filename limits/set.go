@@ -164,8 +164,11 @@ func MaxIDBytes(f Format) int {
 // name is an error wrapping ErrUnknownName; a malformed id, or one longer
 // than MaxIDBytes, is an *IDError wrapping ErrInvalidID.
 func (s *Set) Resolve(name, id string) (Bucket, error) {
-	var buf [160]byte
-	b, key, err := s.AppendResolve(buf[:0], name, id)
+	var (
+		buf [160]byte
+		b   Bucket
+	)
+	key, err := s.AppendResolve(buf[:0], name, id, &b)
 	if err != nil {
 		return Bucket{}, err
 	}
@@ -175,10 +178,11 @@ func (s *Set) Resolve(name, id string) (Bucket, error) {
 
 // AppendResolve is Resolve writing the bucket key into memory the caller
 // reuses: it appends the key to dst and returns the extended slice, and
-// the Bucket with an empty Key. Nothing is allocated for a known name when
+// writes the Bucket, with an empty Key, to b (left as it was on an
+// error). Nothing is allocated for a known name when
 // dst has room, but for the formats whose key is built from a parsed
 // domain name or a hashed set.
-func (s *Set) AppendResolve(dst []byte, name, id string) (Bucket, []byte, error) {
+func (s *Set) AppendResolve(dst []byte, name, id string, b *Bucket) ([]byte, error) {
 	var e *entry
 	if s != nil {
 		e = s.names[name]
@@ -186,20 +190,20 @@ func (s *Set) AppendResolve(dst []byte, name, id string) (Bucket, []byte, error)
 	if e == nil {
 		n, err := ParseName(name)
 		if err != nil {
-			return Bucket{}, dst, err
+			return dst, err
 		}
 		e = &entry{name: n, prefix: enumPrefix(n.Enum)}
 	}
 	if max := MaxIDBytes(e.name.Format); len(id) > max {
-		return Bucket{}, dst, &IDError{Name: name, ID: id, Rule: "is " + strconv.Itoa(len(id)) + " bytes, longer than the maximum of " + strconv.Itoa(max) + " bytes for " + e.name.Format.String()}
+		return dst, &IDError{Name: name, ID: id, Rule: "is " + strconv.Itoa(len(id)) + " bytes, longer than the maximum of " + strconv.Itoa(max) + " bytes for " + e.name.Format.String()}
 	}
 	start := len(dst)
 	dst = append(dst, e.prefix...)
 	dst, acct, rule := appendNatural(dst, e.name.Format, id)
 	if rule != "" {
-		return Bucket{}, dst[:start], &IDError{Name: name, ID: id, Rule: rule}
+		return dst[:start], &IDError{Name: name, ID: id, Rule: rule}
 	}
-	b := Bucket{Name: e.name}
+	*b = Bucket{Name: e.name}
 	if s != nil {
 		o, ok := s.lookupBytes(dst[start:])
 		if !ok && acct >= 0 {
@@ -208,13 +212,13 @@ func (s *Set) AppendResolve(dst []byte, name, id string) (Bucket, []byte, error)
 		if ok {
 			b.Limit, b.Enabled, b.Override = o.Limit, true, true
 			b.OverrideKey, b.Comment, b.Runtime = o.Key, o.Comment, o.Runtime
-			return b, dst, nil
+			return dst, nil
 		}
 	}
 	if e.hasDefault {
 		b.Limit, b.Enabled = e.def, true
 	}
-	return b, dst, nil
+	return dst, nil
 }
 
 // Names returns every name the Set knows, the built-in ones and those in
