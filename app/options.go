@@ -816,7 +816,7 @@ func (o *Options) Validate() error {
 			bad("memcache-expiration-jitter", "%s is negative", mc.Jitter)
 		}
 	}
-	if o.LocalCacheSize < 0 || o.LocalCacheSize > 1<<40 {
+	if o.LocalCacheSize < 0 || int64(o.LocalCacheSize) > 1<<40 {
 		bad("local-cache-size", "%d is outside [0, 1099511627776] bytes", o.LocalCacheSize)
 	}
 	if j := o.Redis.ExpirationJitter; j < 0 || j > 24*time.Hour {
