@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/internal/apptest"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
 )
 
@@ -33,25 +34,6 @@ func freePort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-}
-
-// startApp builds and starts a service from o, stopped at the end of the
-// test.
-func startApp(t *testing.T, o app.Options) *app.App {
-	t.Helper()
-	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := a.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-	})
-	return a
 }
 
 // grpcConn dials addr in clear text.
@@ -96,7 +78,7 @@ func TestServeWithOnlyAnEnvoyEnvironment(t *testing.T) {
 	if len(o.EnvoyEnvUnsupported) != 0 {
 		t.Errorf("got unsupported %q, want none", o.EnvoyEnvUnsupported)
 	}
-	a := startApp(t, o)
+	a := apptest.Run(t, o, nil)
 	if got, want := a.GRPCAddr(), "127.0.0.1:"+grpcPort; got != want {
 		t.Fatalf("gRPC address: got %s, want %s", got, want)
 	}
@@ -258,7 +240,7 @@ func TestHealthWhileRedisIsDown(t *testing.T) {
 			o.LogLevel = "error"
 			o.Store, o.Redis.Addrs, o.Redis.Timeout, o.OnStoreError = "redis", []string{srv.Addr}, 200*time.Millisecond, tc.policy
 			o.Redis.HealthCheckActiveConnection = tc.activeConnection
-			a := startApp(t, o)
+			a := apptest.Run(t, o, nil)
 			if code, sts := healthOf(t, a, allHealthNames...); code != 200 || !allAre(sts, healthpb.HealthCheckResponse_SERVING) {
 				t.Fatalf("with Redis up: got %d %v, want 200 and SERVING", code, sts)
 			}
@@ -301,7 +283,7 @@ func TestHealthyWithAtLeastOneConfigLoaded(t *testing.T) {
 			o.LogLevel = "error"
 			o.Store, o.Redis.Addrs, o.Redis.Timeout = "redis", []string{srv.Addr}, time.Second
 			o.HealthyWithConfig = tc.option
-			a := startApp(t, o)
+			a := apptest.Run(t, o, nil)
 			code, sts := healthOf(t, a, allHealthNames...)
 			if healthy := code == 200 && allAre(sts, healthpb.HealthCheckResponse_SERVING); healthy != tc.wantHealthy {
 				t.Fatalf("empty config: got %d %v, want healthy %v", code, sts, tc.wantHealthy)
@@ -379,7 +361,7 @@ func TestGRPCOnAUnixSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startApp(t, o)
+	a := apptest.Run(t, o, nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, "unix:"+sock))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -461,7 +443,7 @@ func TestEnvoyEnvironmentRuntimeRootSwapUnderLoad(t *testing.T) {
 	if o.Store != "redis" || o.RuntimeRoot != l.root() || o.ConfigPath != "" {
 		t.Fatalf("got store %q, runtime root %q, config %q; want redis and the layout's root", o.Store, o.RuntimeRoot, o.ConfigPath)
 	}
-	startApp(t, o)
+	apptest.Run(t, o, nil)
 	client := rlsv3.NewRateLimitServiceClient(grpcConn(t, "127.0.0.1:"+grpcPort))
 	limit := func() (uint32, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

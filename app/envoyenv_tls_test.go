@@ -11,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/internal/apptest"
 )
 
 // startFromEnv parses env as `sluice serve` would, on loopback ports, and
@@ -28,7 +29,7 @@ func startFromEnv(t *testing.T, env map[string]string) *app.App {
 	if err != nil {
 		t.Fatalf("ParseServe: %v", err)
 	}
-	return startApp(t, o)
+	return apptest.Run(t, o, nil)
 }
 
 // GRPC_SERVER_USE_TLS secures the gRPC port and leaves HTTP in clear text,
