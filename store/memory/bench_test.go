@@ -24,19 +24,29 @@ var benchKeyList = func() []string {
 
 var benchLimit = gcra.Limit{Burst: 20, Count: 20, Period: time.Second}
 
+// populated returns a store holding a bucket for every key of
+// benchKeyList, each spent once under benchLimit at the time it returns:
+// the benchmarks then measure decisions, not inserts.
+func populated() (*memory.Store, time.Time) {
+	s := memory.New(memory.Options{})
+	now := time.Unix(1_800_000_000, 0)
+	ops := []store.Op{{Algorithm: store.GCRA, Kind: store.Spend, Limit: benchLimit, Cost: 1}}
+	out := make([]store.Result, 1)
+	for _, k := range benchKeyList {
+		ops[0].Key = k
+		_ = s.Do(context.Background(), now, store.Batch{Ops: ops}, out)
+	}
+	return s, now
+}
+
 // BenchmarkDecision is one check-and-spend decision on the memory store,
 // cycling over 1,000,000 distinct buckets. Compare with gcra's
 // BenchmarkSpend: the ratio is the cost of the store around the algorithm.
 func BenchmarkDecision(b *testing.B) {
-	s := memory.New(memory.Options{})
+	s, now := populated()
 	ctx := context.Background()
-	now := time.Unix(1_800_000_000, 0)
 	ops := []store.Op{{Algorithm: store.GCRA, Kind: store.Spend, Limit: benchLimit, Cost: 1}}
 	out := make([]store.Result, 1)
-	for i := range benchKeys { // populate: measure decisions, not inserts
-		ops[0].Key = benchKeyList[i]
-		_ = s.Do(ctx, now, store.Batch{Ops: ops}, out)
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	i := 0
@@ -118,18 +128,13 @@ func BenchmarkBatch5(b *testing.B) {
 // Envoy request of 5 descriptors, or a key-value batch) over 1,000,000
 // distinct buckets, most of them not in cache.
 func BenchmarkBatch5ManyBuckets(b *testing.B) {
-	s := memory.New(memory.Options{})
+	s, now := populated()
 	ctx := context.Background()
-	now := time.Unix(1_800_000_000, 0)
 	ops := make([]store.Op, 5)
 	for i := range ops {
 		ops[i] = store.Op{Algorithm: store.GCRA, Kind: store.Spend, Limit: benchLimit, Cost: 1}
 	}
 	out := make([]store.Result, 5)
-	for i := range benchKeys { // populate: measure decisions, not inserts
-		ops[0].Key = benchKeyList[i]
-		_ = s.Do(ctx, now, store.Batch{Ops: ops[:1]}, out)
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	i := 0
