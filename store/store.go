@@ -143,10 +143,10 @@ type Store interface {
 // Oner is a Store that also answers a single operation on its own, with
 // no batch to build: DoOne(ctx, clk, op) answers as Do does for a batch
 // of op alone at clk's time, read once, as late as the store can (after
-// it has asked for the bucket's memory), and returns its Result. It MUST NOT keep op.Key, or any
-// string sharing its bytes, after it returns: the caller may build the key
-// in memory it reuses. The limiter uses it for its single-transaction
-// calls when the store has it.
+// it has asked for the bucket's memory), and returns its Result. It MUST
+// NOT keep op.Key, or any string sharing its bytes, after it returns: the
+// caller may build the key in memory it reuses. The limiter uses it for
+// its single-transaction calls when the store has it.
 type Oner interface {
 	Store
 	DoOne(ctx context.Context, clk clock.Clock, op Op) (Result, error)
