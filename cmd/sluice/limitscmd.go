@@ -154,7 +154,11 @@ func fetchRuntime(addr, tokenFile string, set *limits.Set) (map[string]limits.Ov
 		return nil, fmt.Errorf("runtime overrides from %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("runtime overrides from %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+		answer := strings.TrimSpace(string(body))
+		if len(answer) > 1<<10 { // not a Sluice error: quote its start
+			answer = answer[:1<<10] + "..."
+		}
+		return nil, fmt.Errorf("runtime overrides from %s: %s: %s", url, resp.Status, answer)
 	}
 	var doc struct {
 		Overrides []struct {
