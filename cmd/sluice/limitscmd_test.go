@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,5 +142,20 @@ func TestLimitsShowWithARunningServicesRuntimeOverrides(t *testing.T) {
 	code, _, errOut = runCmd("limits", "show", "--limits", defaults, "--server", a.HTTPAddr(), "12345678")
 	if code != 1 || !strings.Contains(errOut, "403 Forbidden") {
 		t.Fatalf("without the token: exit %d, stderr %q, want 1 and the service's 403", code, errOut)
+	}
+}
+
+// TestLimitsShowQuotesTheStartOfAForeignErrorPage points --server at a
+// server that is not Sluice and answers a large error page: the command
+// fails naming the status, quoting only the page's first kilobyte.
+func TestLimitsShowQuotesTheStartOfAForeignErrorPage(t *testing.T) {
+	page := strings.Repeat("<p>no such thing</p>", 5000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, page, http.StatusNotFound)
+	}))
+	defer srv.Close()
+	code, _, errOut := runCmd("limits", "show", "--server", srv.URL, "12345678")
+	if code != 1 || !strings.Contains(errOut, "404 Not Found") || !strings.Contains(errOut, "<p>no such thing</p>") || len(errOut) > 2<<10 {
+		t.Fatalf("exit %d, stderr of %d bytes starting %.200q: want 1, the 404 and at most the page's first kilobyte", code, len(errOut), errOut)
 	}
 }
