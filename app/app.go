@@ -30,11 +30,13 @@ import (
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/h2grpc"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store"
+	"github.com/sluice-rl/sluice/store/memory"
 )
 
 // App is one running Sluice service. Create it with New, then Start (or
@@ -68,7 +70,7 @@ type App struct {
 	reloadMu sync.Mutex    // serialises reloads
 	reloaded chan struct{} // signalled after every reload, so the watcher follows moved paths
 
-	grpcServer  *grpc.Server
+	grpcServer  grpcServer
 	httpServer  *http.Server
 	debugServer *http.Server
 	adminServer *http.Server  // nil without --admin-addr
@@ -379,30 +381,55 @@ func (a *App) Start() error {
 		if san := a.opts.TLSClientSAN; san != "" {
 			requireClientSAN(tlsConfig, san)
 		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	a.health = health.NewServer()
-	// Zero is no limit in keepalive.ServerParameters too.
-	grpcOpts = append(grpcOpts,
-		grpc.KeepaliveParams(keepalive.ServerParameters{
+	// A request that does not decode answers InvalidArgument, not Internal.
+	codec := newRequestCodec()
+	if a.opts.GRPCServer == "grpc-go" {
+		if tlsConfig != nil {
+			grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		}
+		// Zero is no limit in keepalive.ServerParameters too.
+		grpcOpts = append(grpcOpts,
+			grpc.KeepaliveParams(keepalive.ServerParameters{
+				MaxConnectionAge:      a.opts.GRPCMaxConnectionAge,
+				MaxConnectionAgeGrace: a.opts.GRPCMaxConnectionAgeGrace,
+				MaxConnectionIdle:     a.opts.GRPCMaxConnectionIdle,
+			}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: a.opts.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
+			grpc.MaxConcurrentStreams(uint32(a.opts.GRPCMaxConcurrentStreams)),
+			grpc.ConnectionTimeout(a.opts.HTTPReadTimeout),
+		)
+		// Rate limit messages are small: fixed flow-control windows larger
+		// than any call needs, which also turns off grpc-go's
+		// bandwidth-estimating pings.
+		grpcOpts = append(grpcOpts, grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcConnWindow))
+		grpcOpts = append(grpcOpts, codec.interceptors()...)
+		if a.opts.GRPCWorkers > 0 {
+			grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))
+		}
+		a.grpcServer = grpc.NewServer(grpcOpts...)
+	} else {
+		// The same settings, for Sluice's own transport.
+		a.grpcServer = h2grpc.NewServer(h2grpc.Options{
+			TLS:                   tlsConfig,
+			MaxConcurrentStreams:  uint32(a.opts.GRPCMaxConcurrentStreams),
+			InitialWindowSize:     grpcWindow,
+			InitialConnWindowSize: grpcConnWindow,
 			MaxConnectionAge:      a.opts.GRPCMaxConnectionAge,
 			MaxConnectionAgeGrace: a.opts.GRPCMaxConnectionAgeGrace,
 			MaxConnectionIdle:     a.opts.GRPCMaxConnectionIdle,
-		}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: a.opts.GRPCKeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.MaxConcurrentStreams(uint32(a.opts.GRPCMaxConcurrentStreams)),
-		grpc.ConnectionTimeout(a.opts.HTTPReadTimeout),
-	)
-	// Rate limit messages are small: fixed flow-control windows larger than
-	// any call needs, which also turns off grpc-go's bandwidth-estimating
-	// pings.
-	grpcOpts = append(grpcOpts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<24))
-	// A request that does not decode answers InvalidArgument, not Internal.
-	grpcOpts = append(grpcOpts, newRequestCodec().interceptors()...)
-	if a.opts.GRPCWorkers > 0 {
-		grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))
+			KeepaliveMinTime:      a.opts.GRPCKeepaliveMinTime,
+			HandshakeTimeout:      a.opts.HTTPReadTimeout,
+			Codec:                 codec,
+			Unary:                 []grpc.UnaryServerInterceptor{codec.unary},
+			Stream:                []grpc.StreamServerInterceptor{codec.stream},
+			Workers:               a.opts.GRPCWorkers,
+			// The memory store never blocks: its calls run where they are read.
+			Inline: isMemoryStore(a.store),
+			Logger: a.log,
+		})
 	}
-	a.grpcServer = grpc.NewServer(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	admin, err := a.opts.kvAdmin()
 	if err != nil {
@@ -733,4 +760,27 @@ func (a *App) shutdownWithTimeout() error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownTimeout)
 	defer cancel()
 	return a.Shutdown(ctx)
+}
+
+// grpcServer is the gRPC listener's server: grpc-go's *grpc.Server or
+// h2grpc's *Server (--grpc-server).
+type grpcServer interface {
+	grpc.ServiceRegistrar
+	Serve(net.Listener) error
+	GracefulStop()
+	Stop()
+}
+
+// The gRPC flow-control windows, per stream and per connection: rate
+// limit messages are small, so larger than any call needs.
+const (
+	grpcWindow     = 1 << 20
+	grpcConnWindow = 1 << 24
+)
+
+// isMemoryStore reports whether st is the memory store itself (not a
+// wrapper around it), whose calls never block.
+func isMemoryStore(st store.Store) bool {
+	_, ok := st.(*memory.Store)
+	return ok
 }

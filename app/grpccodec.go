@@ -47,16 +47,18 @@ func (c *requestCodec) check(v any) error {
 // interceptors answer a call whose request did not decode with the
 // codec's InvalidArgument.
 func (c *requestCodec) interceptors() []grpc.ServerOption {
-	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-		if err := c.check(req); err != nil {
-			return nil, err
-		}
-		return next(ctx, req)
+	return []grpc.ServerOption{grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream)}
+}
+
+func (c *requestCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if err := c.check(req); err != nil {
+		return nil, err
 	}
-	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-		return next(srv, checkedStream{ServerStream: ss, c: c})
-	}
-	return []grpc.ServerOption{grpc.ForceServerCodecV2(c), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream)}
+	return next(ctx, req)
+}
+
+func (c *requestCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	return next(srv, checkedStream{ServerStream: ss, c: c})
 }
 
 // checkedStream is a server stream whose received messages are checked.

@@ -115,6 +115,11 @@ type Options struct {
 	// the stack copying a new goroutine pays on every call. 0: a new
 	// goroutine per call, grpc-go's default. Default 64.
 	GRPCWorkers int
+	// GRPCServer chooses the gRPC server: "sluice" (package h2grpc, HTTP/2
+	// frames read and written directly, a fraction of grpc-go's CPU per
+	// call) or "grpc-go" (grpc-go's own server). Both serve the same
+	// services with the same settings. Default "sluice".
+	GRPCServer string
 	// MaxDescriptors, MaxDescriptorEntries and MaxDescriptorEntryBytes
 	// cap an Envoy request: its descriptors (default 1000), a descriptor's
 	// entries (default 64), an entry key's or value's length (default
@@ -341,6 +346,7 @@ func Defaults() Options {
 		ReloadDelay:     250 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
+		GRPCServer:      "sluice",
 
 		KVOverridesRefresh: 10 * time.Second,
 
@@ -441,6 +447,7 @@ flags:
 	durationVar(fs, &o.GRPCMaxConnectionAge, "grpc-max-connection-age", o.GRPCMaxConnectionAge, "close gRPC connections this old with a GOAWAY (0: never)")
 	durationVar(fs, &o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
+	fs.StringVar(&o.GRPCServer, "grpc-server", o.GRPCServer, "gRPC server: sluice (its own HTTP/2 transport, cheaper per call) or grpc-go")
 	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
 	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
 	fs.BoolVar(&o.RetryAfterHeader, "retry-after-header", o.RetryAfterHeader, "add retry-after (seconds until the first over-limit descriptor frees) to OVER_LIMIT answers' response headers")
@@ -719,6 +726,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GRPCMaxConcurrentStreams < 1 {
 		bad("grpc-max-concurrent-streams", "%d must be at least 1", o.GRPCMaxConcurrentStreams)
+	}
+	if o.GRPCServer != "sluice" && o.GRPCServer != "grpc-go" {
+		bad("grpc-server", "%q is neither sluice nor grpc-go", o.GRPCServer)
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)

@@ -1,0 +1,646 @@
+package h2grpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+const (
+	// maxStreamID is the largest stream id HTTP/2 allows.
+	maxStreamID = 1<<31 - 1
+	// maxHeaderList bounds a request's header block, decoded, in bytes
+	// (SETTINGS_MAX_HEADER_LIST_SIZE); a larger one resets its stream.
+	maxHeaderList = 1 << 20
+	bufferSize    = 32 << 10
+	// goAwayPing is the payload of the ping that follows the first of a
+	// graceful shutdown's two GOAWAYs; its answer sends the second.
+	goAwayPing = "goaway!!"
+	// keepalivePing is the payload of the server's keepalive pings.
+	keepalivePing = "alive?!!"
+	// goAwayPingWait is how long a graceful close waits for the answer to
+	// its ping before sending the final GOAWAY regardless.
+	goAwayPingWait = 5 * time.Second
+)
+
+var (
+	errServerStopped = errors.New("h2grpc: server stopped")
+	errDrained       = errors.New("h2grpc: connection drained")
+	errAgeGrace      = errors.New("h2grpc: connection older than its maximum age and grace")
+	errKeepalive     = errors.New("h2grpc: keepalive ping not answered")
+)
+
+// connError is a connection error: the reader answers it with a GOAWAY
+// carrying code and closes the connection.
+type connError struct {
+	code http2.ErrCode
+	msg  string
+}
+
+func (e connError) Error() string {
+	return fmt.Sprintf("h2grpc: connection error %v: %s", e.code, e.msg)
+}
+
+func protocolError(format string, args ...any) error {
+	return connError{http2.ErrCodeProtocol, fmt.Sprintf(format, args...)}
+}
+
+// conn is one client connection. The reader goroutine (serve) owns the
+// frame reader and the fields marked "reader"; calls write their answers
+// themselves, under wmu.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	ctx    context.Context // the base of its calls' contexts; cancelled when it closes
+	cancel context.CancelFunc
+	br     *bufio.Reader
+	fr     *http2.Framer // reads on the reader goroutine, writes under wmu
+	done   chan struct{} // closed when the connection is closed
+
+	// active is set by the reader on every frame and cleared by the
+	// keepalive loop: whether the client said anything since it last
+	// looked.
+	active atomic.Bool
+
+	wmu        sync.Mutex // protects the fields below and writes through fr
+	wcond      *sync.Cond // on wmu: broadcast when send windows grow, streams end or werr is set
+	bw         *bufio.Writer
+	dirty      bool  // bw holds frames not yet flushed
+	werr       error // set when the connection closed or a write failed: write nothing more
+	henc       *hpack.Encoder
+	hbuf       bytes.Buffer // henc's output
+	sendWindow int64        // the client's receive window for the connection
+	peerWindow int64        // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  int          // the client's SETTINGS_MAX_FRAME_SIZE
+	sentData   bool         // a header or data frame went out since the client's last ping
+
+	mu       sync.Mutex // protects the fields below
+	streams  map[uint32]*stream
+	maxID    uint32 // the highest stream id the client opened
+	lastID   uint32 // streams above it are refused: maxStreamID until the final GOAWAY
+	draining bool   // a GOAWAY went out, or came in: close once no streams remain
+	goAways  int    // GOAWAYs sent: 1 after the first of a graceful pair, 2 after the last
+	opened   uint64 // streams opened, ever (the idle check compares it)
+	closed   bool
+	closeErr error
+
+	// reader
+	recvUnacked uint32 // connection-level bytes received and not yet re-credited
+	pingStrikes int
+	lastPing    time.Time
+}
+
+// serveConn runs one accepted connection to its end.
+func (s *Server) serveConn(nc net.Conn) {
+	deadline := time.Now().Add(s.opts.HandshakeTimeout)
+	nc.SetDeadline(deadline)
+	var authInfo credentials.AuthInfo
+	if s.opts.TLS != nil {
+		tc := tls.Server(nc, s.opts.TLS)
+		if err := tc.Handshake(); err != nil {
+			s.opts.Logger.Debug("gRPC TLS handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+			nc.Close()
+			return
+		}
+		authInfo = credentials.TLSInfo{State: tc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+		nc = tc
+	}
+	c := &conn{
+		s:          s,
+		nc:         nc,
+		br:         bufio.NewReaderSize(nc, bufferSize),
+		bw:         bufio.NewWriterSize(nc, bufferSize),
+		done:       make(chan struct{}),
+		streams:    make(map[uint32]*stream),
+		lastID:     maxStreamID,
+		sendWindow: minWindow,
+		peerWindow: minWindow,
+		peerFrame:  16384,
+	}
+	c.wcond = sync.NewCond(&c.wmu)
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.fr = http2.NewFramer(c.bw, c.br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = maxHeaderList
+	c.fr.SetReuseFrames()
+	p := &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr(), AuthInfo: authInfo}
+	c.ctx, c.cancel = context.WithCancel(peer.NewContext(context.Background(), p))
+
+	// The preface, then the client's SETTINGS, within the handshake
+	// timeout.
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
+		s.opts.Logger.Debug("gRPC connection without the HTTP/2 preface", "remote", nc.RemoteAddr().String(), "err", err)
+		c.cancel()
+		nc.Close()
+		return
+	}
+	f, err := c.fr.ReadFrame()
+	sf, ok := f.(*http2.SettingsFrame)
+	if err != nil || !ok || sf.IsAck() {
+		c.cancel()
+		if err == nil {
+			c.wmu.Lock()
+			c.fr.WriteGoAway(0, http2.ErrCodeProtocol, []byte("the first frame must be SETTINGS"))
+			c.bw.Flush()
+			c.wmu.Unlock()
+		}
+		nc.Close()
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	if !s.track(c) {
+		c.cancel()
+		nc.Close()
+		return
+	}
+
+	c.wmu.Lock()
+	settings := []http2.Setting{
+		{ID: http2.SettingInitialWindowSize, Val: s.opts.InitialWindowSize},
+		{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderList},
+	}
+	if s.opts.MaxConcurrentStreams > 0 {
+		settings = append(settings, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: s.opts.MaxConcurrentStreams})
+	}
+	c.fr.WriteSettings(settings...)
+	if d := s.opts.InitialConnWindowSize - minWindow; d > 0 {
+		c.fr.WriteWindowUpdate(0, d)
+	}
+	c.dirty = true
+	c.wmu.Unlock()
+	if err := c.onSettings(sf); err != nil {
+		c.fail(err)
+		return
+	}
+	go c.keepalive()
+	c.fail(c.serve())
+}
+
+// serve reads and handles frames until the connection fails or closes,
+// and returns why.
+func (c *conn) serve() error {
+	for {
+		if c.br.Buffered() == 0 {
+			// About to wait for the client: send what the frames read so
+			// far made us write (acknowledgements, window updates).
+			c.wmu.Lock()
+			err := c.flushLocked()
+			c.wmu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				// A malformed header block (an uppercase or unknown pseudo
+				// header, say): the framer kept HPACK's state; only this
+				// stream fails.
+				c.mu.Lock()
+				if se.StreamID%2 == 1 && se.StreamID > c.maxID {
+					c.maxID = se.StreamID
+				}
+				c.mu.Unlock()
+				c.writeReset(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				return connError{http2.ErrCode(ce), err.Error()}
+			}
+			if errors.Is(err, http2.ErrFrameTooLarge) {
+				return connError{http2.ErrCodeFrameSize, err.Error()}
+			}
+			return err
+		}
+		c.active.Store(true)
+		if err := c.handle(f); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.RSTStreamFrame:
+		c.onReset(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		return c.onPing(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.GoAwayFrame:
+		c.mu.Lock()
+		c.draining = true
+		idle := len(c.streams) == 0
+		c.mu.Unlock()
+		if idle {
+			return errDrained
+		}
+	case *http2.PushPromiseFrame:
+		return protocolError("a client sent PUSH_PROMISE")
+	}
+	// PRIORITY and unknown frame types are ignored, as RFC 9113 says.
+	return nil
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			// Every open stream's window moves by the difference.
+			d := int64(s.Val) - c.peerWindow
+			c.peerWindow = int64(s.Val)
+			c.mu.Lock()
+			for _, st := range c.streams {
+				st.sendWindow += d
+			}
+			c.mu.Unlock()
+		case http2.SettingMaxFrameSize:
+			c.peerFrame = int(s.Val)
+		case http2.SettingHeaderTableSize:
+			c.henc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			return connError{http2.ErrCode(ce), err.Error()}
+		}
+		return protocolError("%v", err)
+	}
+	c.fr.WriteSettingsAck()
+	c.dirty = true
+	c.wcond.Broadcast()
+	return nil
+}
+
+func (c *conn) onPing(f *http2.PingFrame) error {
+	if f.IsAck() {
+		if string(f.Data[:]) == goAwayPing {
+			c.finalGoAway()
+		}
+		return nil
+	}
+	// Keepalive enforcement, as grpc-go's: a ping sooner than
+	// KeepaliveMinTime after the last is a strike, unless the server sent
+	// headers or data since; the third strike ends the connection.
+	now := time.Now()
+	c.wmu.Lock()
+	sent := c.sentData
+	c.sentData = false
+	c.wmu.Unlock()
+	if sent {
+		c.pingStrikes = 0
+	} else if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.s.opts.KeepaliveMinTime {
+		c.pingStrikes++
+		if c.pingStrikes > 2 {
+			return connError{http2.ErrCodeEnhanceYourCalm, "too_many_pings"}
+		}
+	}
+	c.lastPing = now
+	c.wmu.Lock()
+	c.fr.WritePing(true, f.Data)
+	c.dirty = true
+	c.wmu.Unlock()
+	return nil
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	inc := int64(f.Increment)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if f.StreamID == 0 {
+		if inc == 0 {
+			return protocolError("WINDOW_UPDATE of 0 for the connection")
+		}
+		c.sendWindow += inc
+		if c.sendWindow > maxStreamID {
+			return connError{http2.ErrCodeFlowControl, "the connection's send window overflowed"}
+		}
+		c.wcond.Broadcast()
+		return nil
+	}
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	c.mu.Unlock()
+	if st == nil {
+		return nil // a stream that ended
+	}
+	if inc == 0 || st.sendWindow+inc > maxStreamID {
+		st.resetLocked(http2.ErrCodeFlowControl)
+		return nil
+	}
+	st.sendWindow += inc
+	c.wcond.Broadcast()
+	return nil
+}
+
+func (c *conn) onReset(f *http2.RSTStreamFrame) {
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	c.mu.Unlock()
+	if st == nil {
+		return
+	}
+	c.wmu.Lock()
+	st.abortLocked()
+	c.wmu.Unlock()
+	c.forget(st)
+}
+
+// writeReset resets stream id.
+func (c *conn) writeReset(id uint32, code http2.ErrCode) {
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.fr.WriteRSTStream(id, code)
+		c.dirty = true
+	}
+	c.wmu.Unlock()
+}
+
+// writeWindowUpdate credits the client with n more bytes on stream id (0:
+// the connection).
+func (c *conn) writeWindowUpdate(id, n uint32) {
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.fr.WriteWindowUpdate(id, n)
+		c.dirty = true
+	}
+	c.wmu.Unlock()
+}
+
+// flushLocked writes out what bw holds; requires wmu held.
+func (c *conn) flushLocked() error {
+	if c.werr != nil {
+		return c.werr
+	}
+	if !c.dirty {
+		return nil
+	}
+	c.dirty = false
+	if err := c.bw.Flush(); err != nil {
+		c.werr = err
+		c.wcond.Broadcast()
+		return err
+	}
+	return nil
+}
+
+// unlockWrite releases wmu and sees the frames written under it flushed.
+// It yields first, so that calls finishing at the same moment add their
+// answers to the same write system call: whoever locks first after that
+// flushes for all. Requires wmu held.
+func (c *conn) unlockWrite() {
+	c.dirty = true
+	c.wmu.Unlock()
+	runtime.Gosched()
+	c.wmu.Lock()
+	err := c.flushLocked()
+	c.wmu.Unlock()
+	if err != nil {
+		c.close(err)
+	}
+}
+
+// forget removes a stream that ended, and closes a draining connection
+// that has no streams left.
+func (c *conn) forget(st *stream) {
+	c.mu.Lock()
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+	last := c.draining && len(c.streams) == 0 && c.goAways != 1
+	c.mu.Unlock()
+	if last {
+		c.close(errDrained)
+	}
+}
+
+// drain starts a graceful close: a GOAWAY that refuses no stream yet and
+// a ping, whose answer sends the final GOAWAY naming the last stream the
+// server will serve (a client may have streams in flight the first one
+// could not know of). The connection closes when its streams are done.
+func (c *conn) drain() {
+	c.mu.Lock()
+	if c.draining && c.goAways > 0 || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.draining = true
+	c.goAways = 1
+	c.mu.Unlock()
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.fr.WriteGoAway(maxStreamID, http2.ErrCodeNo, nil)
+		var data [8]byte
+		copy(data[:], goAwayPing)
+		c.fr.WritePing(false, data)
+		c.dirty = true
+	}
+	err := c.flushLocked()
+	c.wmu.Unlock()
+	if err != nil {
+		c.close(err)
+		return
+	}
+	// A client that never answers the ping gets the final GOAWAY anyway.
+	time.AfterFunc(goAwayPingWait, c.finalGoAway)
+}
+
+// finalGoAway sends the second GOAWAY of a graceful close.
+func (c *conn) finalGoAway() {
+	c.mu.Lock()
+	if c.goAways != 1 {
+		c.mu.Unlock()
+		return
+	}
+	c.goAways = 2
+	c.lastID = c.maxID
+	last := c.maxID
+	idle := len(c.streams) == 0
+	c.mu.Unlock()
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.fr.WriteGoAway(last, http2.ErrCodeNo, nil)
+		c.dirty = true
+	}
+	err := c.flushLocked()
+	c.wmu.Unlock()
+	if err != nil || idle {
+		c.close(errDrained)
+	}
+}
+
+// fail ends the connection for err: a connection error is answered with
+// a GOAWAY first.
+func (c *conn) fail(err error) {
+	var ce connError
+	if errors.As(err, &ce) {
+		c.s.opts.Logger.Debug("gRPC connection error", "remote", c.nc.RemoteAddr().String(), "err", err)
+		c.mu.Lock()
+		last := c.maxID
+		c.mu.Unlock()
+		c.wmu.Lock()
+		if c.werr == nil {
+			c.fr.WriteGoAway(last, ce.code, []byte(ce.msg))
+			c.dirty = true
+		}
+		c.flushLocked()
+		c.wmu.Unlock()
+	}
+	c.close(err)
+}
+
+// close closes the connection, once: calls in flight see their contexts
+// cancelled, and nothing more is written.
+func (c *conn) close(err error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeErr = err
+	streams := make([]*stream, 0, len(c.streams))
+	for _, st := range c.streams {
+		streams = append(streams, st)
+	}
+	clear(c.streams)
+	c.mu.Unlock()
+	c.cancel()
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.werr = err
+	}
+	for _, st := range streams {
+		st.abortLocked()
+	}
+	c.wcond.Broadcast()
+	c.wmu.Unlock()
+	c.nc.Close()
+	close(c.done)
+	c.s.untrack(c)
+}
+
+// keepalive runs the connection's timers until it closes: the maximum
+// age and its grace, the maximum idle time, and the keepalive ping.
+func (c *conn) keepalive() {
+	o := &c.s.opts
+	now := time.Now()
+	var ageAt, graceAt time.Time
+	if o.MaxConnectionAge > 0 {
+		// ±10%, so that connections opened together do not all go at once.
+		jitter := time.Duration((rand.Float64()*0.2 - 0.1) * float64(o.MaxConnectionAge))
+		ageAt = now.Add(o.MaxConnectionAge + jitter)
+	}
+	idleEvery := o.MaxConnectionIdle / 4
+	var idleCheck, idleSince time.Time
+	var openedAt uint64
+	if o.MaxConnectionIdle > 0 {
+		idleCheck = now.Add(idleEvery)
+		idleSince = now
+	}
+	pingAt := now.Add(o.KeepaliveTime)
+	var pingDeadline time.Time // set while a keepalive ping waits for its answer
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next := pingAt
+		for _, at := range []time.Time{ageAt, graceAt, idleCheck, pingDeadline} {
+			if !at.IsZero() && at.Before(next) {
+				next = at
+			}
+		}
+		t.Reset(time.Until(next))
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		now = time.Now()
+		if !graceAt.IsZero() && !now.Before(graceAt) {
+			c.close(errAgeGrace)
+			return
+		}
+		if !ageAt.IsZero() && !now.Before(ageAt) {
+			ageAt = time.Time{}
+			c.drain()
+			if o.MaxConnectionAgeGrace > 0 {
+				graceAt = now.Add(o.MaxConnectionAgeGrace)
+			}
+		}
+		if !idleCheck.IsZero() && !now.Before(idleCheck) {
+			c.mu.Lock()
+			n, opened := len(c.streams), c.opened
+			c.mu.Unlock()
+			if n > 0 || opened != openedAt {
+				idleSince, openedAt = now, opened
+			} else if now.Sub(idleSince) >= o.MaxConnectionIdle {
+				c.drain()
+			}
+			idleCheck = now.Add(idleEvery)
+		}
+		if c.active.Swap(false) {
+			pingAt, pingDeadline = now.Add(o.KeepaliveTime), time.Time{}
+			continue
+		}
+		if !pingDeadline.IsZero() && !now.Before(pingDeadline) {
+			c.close(errKeepalive)
+			return
+		}
+		if pingDeadline.IsZero() && !now.Before(pingAt) {
+			// Silent for KeepaliveTime: ping, and close unless the client
+			// says anything within KeepaliveTimeout. A write stuck on a
+			// client that reads nothing holds wmu: then only the deadline
+			// acts.
+			if c.wmu.TryLock() {
+				if c.werr == nil {
+					var data [8]byte
+					copy(data[:], keepalivePing)
+					c.fr.WritePing(false, data)
+					c.dirty = true
+				}
+				err := c.flushLocked()
+				c.wmu.Unlock()
+				if err != nil {
+					c.close(err)
+					return
+				}
+			}
+			pingDeadline = now.Add(o.KeepaliveTimeout)
+			pingAt = now.Add(o.KeepaliveTime)
+		}
+	}
+}

@@ -1,0 +1,1021 @@
+package h2grpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// stream is one call. The reader goroutine creates it and owns the fields
+// marked "reader"; the call's goroutine owns header and trailer (wmu
+// guards them against grpc.SetHeader from elsewhere); the fields marked
+// "wmu" are protected by conn.wmu.
+type stream struct {
+	c       *conn
+	id      uint32
+	m       *method
+	ctx     context.Context
+	cancel  context.CancelFunc
+	subtype string              // the content-type's subtype: "" or "proto", say
+	comp    encoding.Compressor // the request's grpc-encoding; nil: identity
+	inline  bool                // the call runs on the reader goroutine
+
+	// inflight is the bytes the client sent on the stream that the server
+	// has not credited back yet: at most the stream's receive window.
+	inflight atomic.Int64
+	// owed is the bytes of inflight the call has consumed and the server
+	// will credit back once they add up to a quarter of the window.
+	owed atomic.Int64
+
+	// reader
+	hdr        [5]byte // the gRPC prefix of the message being received
+	nhdr       int     // bytes of hdr received
+	msg        []byte  // the message being received, allocated to its length
+	msgLen     int
+	req        []byte // unary: the request message, once complete
+	reqZipped  bool
+	nreq       int  // unary: complete messages received
+	clientDone bool // the client's END_STREAM arrived (also written under wmu)
+
+	// streaming calls' received messages
+	qmu   sync.Mutex // protects the fields below
+	qcond *sync.Cond // on qmu: broadcast when a message, the end or an error arrives
+	queue []queued
+	qend  bool  // the client's END_STREAM arrived
+	qerr  error // the stream failed: RecvMsg returns it
+
+	// wmu
+	sendWindow int64
+	headerSent bool
+	ended      bool // trailers or RST_STREAM went out, or the stream was aborted
+	sawEnd     bool // clientDone, as seen by writers
+	header     metadata.MD
+	trailer    metadata.MD
+}
+
+type queued struct {
+	data   []byte
+	zipped bool
+}
+
+// onHeaders starts a call, or answers why it cannot start.
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	if st := c.streams[id]; st != nil {
+		c.mu.Unlock()
+		// Trailers from the client: gRPC sends none, HTTP/2 allows them.
+		if !f.StreamEnded() {
+			return protocolError("stream %d: a second HEADERS without END_STREAM", id)
+		}
+		c.endOfStream(st)
+		return nil
+	}
+	if id%2 != 1 || id <= c.maxID {
+		c.mu.Unlock()
+		return protocolError("a client opened stream %d after %d: ids must be odd and increase", id, c.maxID)
+	}
+	c.maxID = id
+	refuse := id > c.lastID || c.closed ||
+		c.s.opts.MaxConcurrentStreams > 0 && uint32(len(c.streams)) >= c.s.opts.MaxConcurrentStreams
+	c.mu.Unlock()
+	if refuse {
+		c.writeReset(id, http2.ErrCodeRefusedStream)
+		return nil
+	}
+	if f.Truncated {
+		c.writeReset(id, http2.ErrCodeFrameSize)
+		return nil
+	}
+
+	st := &stream{c: c, id: id}
+	var (
+		httpMethod, path, contentType, zip string
+		grpcType, hasTimeout               bool
+		timeout                            time.Duration
+		headerErr                          *status.Status
+		md                                 = make(metadata.MD, len(f.Fields))
+	)
+	for _, hf := range f.Fields {
+		switch hf.Name {
+		case ":method":
+			httpMethod = hf.Value
+		case ":path":
+			path = hf.Value
+		case ":authority":
+			md[hf.Name] = append(md[hf.Name], hf.Value)
+		case "content-type":
+			contentType = hf.Value
+			if sub, ok := contentSubtype(hf.Value); ok {
+				st.subtype, grpcType = sub, true
+				md[hf.Name] = append(md[hf.Name], hf.Value)
+			}
+		case "grpc-encoding":
+			zip = hf.Value
+		case "grpc-timeout":
+			var err error
+			hasTimeout = true
+			if timeout, err = decodeTimeout(hf.Value); err != nil {
+				headerErr = status.Newf(codes.Internal, "malformed grpc-timeout: %v", err)
+			}
+		case "connection":
+			// A request with a Connection header is malformed (gRPC A41).
+			c.writeReset(id, http2.ErrCodeProtocol)
+			return nil
+		case "grpc-message-type", "grpc-message", "grpc-status", "te":
+		default:
+			if hf.Name[0] == ':' {
+				continue
+			}
+			v := hf.Value
+			if strings.HasSuffix(hf.Name, "-bin") {
+				b, err := decodeBinHeader(v)
+				if err != nil {
+					headerErr = status.Newf(codes.Internal, "malformed binary metadata %q in header %q: %v", hf.Value, hf.Name, err)
+					continue
+				}
+				v = string(b)
+			}
+			md[hf.Name] = append(md[hf.Name], v)
+		}
+	}
+	ended := f.StreamEnded()
+	if len(md[":authority"]) > 1 || len(md["host"]) > 1 {
+		c.earlyAbort(id, st.subtype, status.New(codes.Internal, "a request must have at most one :authority and one host header"), 400, ended)
+		return nil
+	}
+	if !grpcType {
+		c.earlyAbort(id, "", status.Newf(codes.InvalidArgument, "invalid gRPC request content-type %q", contentType), 415, ended)
+		return nil
+	}
+	if headerErr != nil {
+		c.earlyAbort(id, st.subtype, headerErr, 400, ended)
+		return nil
+	}
+	if len(md[":authority"]) == 0 {
+		if h, ok := md["host"]; ok {
+			md[":authority"] = h
+		}
+	}
+	delete(md, "host")
+	if len(md[":authority"]) == 0 {
+		c.earlyAbort(id, st.subtype, status.New(codes.Internal, "no host or :authority header present"), 400, ended)
+		return nil
+	}
+	if httpMethod != "POST" {
+		c.earlyAbort(id, st.subtype, status.Newf(codes.Internal, "a gRPC request's :method must be POST, not %q", httpMethod), 405, ended)
+		return nil
+	}
+	if hasTimeout && timeout <= 0 {
+		c.earlyAbort(id, st.subtype, status.New(codes.DeadlineExceeded, context.DeadlineExceeded.Error()), 200, ended)
+		return nil
+	}
+	m, stat := c.s.lookup(path)
+	if stat != nil {
+		c.earlyAbort(id, st.subtype, stat, 200, ended)
+		return nil
+	}
+	st.m = m
+	if zip != "" && zip != "identity" {
+		if st.comp = encoding.GetCompressor(zip); st.comp == nil {
+			c.earlyAbort(id, st.subtype, status.Newf(codes.Unimplemented, "grpc: Decompressor is not installed for grpc-encoding %q", zip), 200, ended)
+			return nil
+		}
+	}
+
+	ctx := c.ctx
+	if hasTimeout {
+		ctx, st.cancel = context.WithTimeout(ctx, timeout)
+	} else {
+		ctx, st.cancel = context.WithCancel(ctx)
+	}
+	ctx = metadata.NewIncomingContext(ctx, md)
+	st.ctx = grpc.NewContextWithServerTransportStream(ctx, st)
+	st.clientDone, st.sawEnd = ended, ended
+	if m.stream != nil {
+		st.qcond = sync.NewCond(&st.qmu)
+		st.qend = ended
+		context.AfterFunc(st.ctx, st.wake)
+	}
+
+	c.wmu.Lock()
+	st.sendWindow = c.peerWindow
+	c.wmu.Unlock()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		st.cancel()
+		return nil
+	}
+	c.streams[id] = st
+	c.opened++
+	c.mu.Unlock()
+
+	switch {
+	case m.stream != nil:
+		c.s.dispatch(st)
+	case ended:
+		st.fail(status.New(codes.Internal, "cardinality violation: received no request message from non-client-streaming RPC"))
+	}
+	return nil
+}
+
+// lookup finds the method of path, or the status that answers a call to a
+// path without one.
+func (s *Server) lookup(path string) (*method, *status.Status) {
+	if m, ok := s.methods[path]; ok {
+		return m, nil
+	}
+	name, ok := strings.CutPrefix(path, "/")
+	i := strings.LastIndexByte(name, '/')
+	if !ok || i < 0 {
+		return nil, status.Newf(codes.Unimplemented, "malformed method name: %q", path)
+	}
+	service, meth := name[:i], name[i+1:]
+	for _, m := range s.methods {
+		if m.service == service {
+			return nil, status.Newf(codes.Unimplemented, "unknown method %v for service %v", meth, service)
+		}
+	}
+	return nil, status.Newf(codes.Unimplemented, "unknown service %v", service)
+}
+
+// earlyAbort answers a call that does not start with stat in a
+// trailers-only response, and resets the stream when the client has more
+// to send.
+func (c *conn) earlyAbort(id uint32, subtype string, stat *status.Status, httpStatus int, ended bool) {
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.hbuf.Reset()
+		c.field(":status", strconv.Itoa(httpStatus))
+		c.field("content-type", contentType(subtype))
+		c.statusFields(stat)
+		c.writeBlock(id, c.hbuf.Bytes(), true)
+		if !ended {
+			c.fr.WriteRSTStream(id, http2.ErrCodeNo)
+		}
+		c.dirty = true
+	}
+	c.wmu.Unlock()
+}
+
+// onData takes a DATA frame's messages.
+func (c *conn) onData(f *http2.DataFrame) error {
+	n := f.Length
+	c.recvUnacked += n
+	if c.recvUnacked > c.s.opts.InitialConnWindowSize {
+		return connError{http2.ErrCodeFlowControl, "the client sent more than the connection's window"}
+	}
+	if c.recvUnacked >= c.s.opts.InitialConnWindowSize/4 {
+		c.writeWindowUpdate(0, c.recvUnacked)
+		c.recvUnacked = 0
+	}
+	c.mu.Lock()
+	st := c.streams[f.StreamID]
+	maxID := c.maxID
+	c.mu.Unlock()
+	if st == nil {
+		if f.StreamID > maxID || f.StreamID%2 == 0 {
+			return protocolError("DATA on stream %d, which the client never opened", f.StreamID)
+		}
+		return nil // a stream that ended; its bytes were credited above
+	}
+	if st.clientDone {
+		c.resetAndForget(st, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	if st.inflight.Add(int64(n)) > int64(c.s.opts.InitialWindowSize) {
+		c.resetAndForget(st, http2.ErrCodeFlowControl)
+		return nil
+	}
+	data := f.Data()
+	if pad := int64(n) - int64(len(data)); pad > 0 {
+		st.credit(pad)
+	}
+	if st.m.stream == nil {
+		// A unary request is held whole until its end, its size capped by
+		// MaxRecvMsgSize: credit its bytes as they come.
+		st.credit(int64(len(data)))
+	}
+	if err := st.take(data); err != nil {
+		st.fail(err)
+		return nil
+	}
+	if f.StreamEnded() {
+		c.endOfStream(st)
+	}
+	return nil
+}
+
+// take splits data into the stream's messages; it returns the status that
+// fails the call when a message is too large.
+func (st *stream) take(data []byte) *status.Status {
+	for len(data) > 0 {
+		if st.nhdr < len(st.hdr) {
+			k := copy(st.hdr[st.nhdr:], data)
+			st.nhdr += k
+			data = data[k:]
+			if st.nhdr < len(st.hdr) {
+				return nil
+			}
+			size := binary.BigEndian.Uint32(st.hdr[1:])
+			if limit := st.c.s.opts.MaxRecvMsgSize; int64(size) > int64(limit) {
+				return status.Newf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, limit)
+			}
+			st.msgLen = int(size)
+			st.msg = make([]byte, 0, size)
+		} else {
+			k := min(len(data), st.msgLen-len(st.msg))
+			st.msg = append(st.msg, data[:k]...)
+			data = data[k:]
+		}
+		if len(st.msg) == st.msgLen {
+			if err := st.deliver(queued{data: st.msg, zipped: st.hdr[0]&1 == 1}); err != nil {
+				return err
+			}
+			st.msg, st.msgLen, st.nhdr = nil, 0, 0
+		}
+	}
+	return nil
+}
+
+// deliver hands a complete message to the call.
+func (st *stream) deliver(q queued) *status.Status {
+	if q.zipped && st.comp == nil {
+		return status.New(codes.Internal, "grpc: compressed flag set with identity or empty encoding")
+	}
+	if st.m.stream != nil {
+		st.qmu.Lock()
+		st.queue = append(st.queue, q)
+		st.qcond.Broadcast()
+		st.qmu.Unlock()
+		return nil
+	}
+	st.nreq++
+	if st.nreq > 1 {
+		return status.New(codes.Internal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
+	}
+	st.req, st.reqZipped = q.data, q.zipped
+	return nil
+}
+
+// endOfStream handles the client's END_STREAM: a unary call runs, a
+// streaming one reads io.EOF after its messages.
+func (c *conn) endOfStream(st *stream) {
+	if st.clientDone {
+		return
+	}
+	st.clientDone = true
+	c.wmu.Lock()
+	st.sawEnd = true
+	c.wmu.Unlock()
+	if st.nhdr > 0 {
+		st.fail(status.New(codes.Internal, io.ErrUnexpectedEOF.Error()))
+		return
+	}
+	if st.m.stream != nil {
+		st.qmu.Lock()
+		st.qend = true
+		st.qcond.Broadcast()
+		st.qmu.Unlock()
+		return
+	}
+	if st.nreq == 0 {
+		st.fail(status.New(codes.Internal, "cardinality violation: received no request message from non-client-streaming RPC"))
+		return
+	}
+	if c.s.opts.Inline {
+		st.inline = true
+		st.run()
+		return
+	}
+	c.s.dispatch(st)
+}
+
+// credit gives n received bytes of the stream's window back to the client
+// once a quarter of the window is owed.
+func (st *stream) credit(n int64) {
+	if n <= 0 {
+		return
+	}
+	owed := st.owed.Add(n)
+	if w := int64(st.c.s.opts.InitialWindowSize); owed >= w/4 && st.owed.CompareAndSwap(owed, 0) {
+		st.inflight.Add(-owed)
+		st.c.writeWindowUpdate(st.id, uint32(owed))
+	}
+}
+
+// run runs the call and answers it.
+func (st *stream) run() {
+	m := st.m
+	if m.stream != nil {
+		st.runStream()
+		return
+	}
+	reply, err := m.unary(m.srv, st.ctx, st.decode, st.c.s.unary)
+	if err != nil {
+		st.finish(statusOf(err), nil)
+		return
+	}
+	msg, err := st.encode(reply)
+	if err != nil {
+		st.finish(status.Newf(codes.Internal, "grpc: error while marshaling: %v", err), nil)
+		return
+	}
+	if st.inline && !st.fits(len(msg)) {
+		// Only the reader goroutine, this one, can see the windows open:
+		// wait for them on another.
+		st.inline = false
+		go func() {
+			st.finish(nil, msg)
+			putBuffer(msg)
+		}()
+		return
+	}
+	st.finish(nil, msg)
+	putBuffer(msg)
+}
+
+// fits reports whether n bytes can go out on the stream without waiting
+// for the client's flow-control windows.
+func (st *stream) fits(n int) bool {
+	c := st.c
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return int64(n) <= st.sendWindow && int64(n) <= c.sendWindow
+}
+
+func (st *stream) runStream() {
+	d := st.m.stream
+	ss := &serverStream{st: st}
+	var err error
+	if i := st.c.s.stream; i != nil {
+		err = i(st.m.srv, ss, &grpc.StreamServerInfo{FullMethod: st.m.name, IsClientStream: d.ClientStreams, IsServerStream: d.ServerStreams}, d.Handler)
+	} else {
+		err = d.Handler(st.m.srv, ss)
+	}
+	st.finish(statusOf(err), nil)
+}
+
+// decode reads the unary request into v.
+func (st *stream) decode(v any) error {
+	return st.unmarshal(queued{data: st.req, zipped: st.reqZipped}, v)
+}
+
+func (st *stream) unmarshal(q queued, v any) error {
+	data := q.data
+	if q.zipped {
+		r, err := st.comp.Decompress(bytes.NewReader(data))
+		if err != nil {
+			return status.Errorf(codes.Internal, "grpc: failed to decompress the received message: %v", err)
+		}
+		limit := int64(st.c.s.opts.MaxRecvMsgSize)
+		if data, err = io.ReadAll(io.LimitReader(r, limit+1)); err != nil {
+			return status.Errorf(codes.Internal, "grpc: failed to decompress the received message: %v", err)
+		}
+		if int64(len(data)) > limit {
+			return status.Errorf(codes.ResourceExhausted, "grpc: received message after decompression larger than max %d", limit)
+		}
+	}
+	if err := st.c.s.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v); err != nil {
+		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+	}
+	return nil
+}
+
+// encode returns v's message with its gRPC prefix, in a buffer from
+// getBuffer.
+func (st *stream) encode(v any) ([]byte, error) {
+	data, err := st.c.s.opts.Codec.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	defer data.Free()
+	n := data.Len()
+	if n > math.MaxUint32-5 {
+		return nil, fmt.Errorf("a message of %d bytes", n)
+	}
+	out := getBuffer(5 + n)
+	out[0] = 0 // not compressed
+	data.CopyTo(out[5:])
+	if st.comp != nil {
+		var b bytes.Buffer
+		b.Write(make([]byte, 5))
+		w, err := st.comp.Compress(&b)
+		if err == nil {
+			_, err = w.Write(out[5:])
+		}
+		if err == nil {
+			err = w.Close()
+		}
+		if err != nil {
+			putBuffer(out)
+			return nil, fmt.Errorf("compress: %w", err)
+		}
+		putBuffer(out)
+		out = b.Bytes()
+		out[0] = 1
+	}
+	binary.BigEndian.PutUint32(out[1:5], uint32(len(out)-5))
+	return out, nil
+}
+
+// finish sends msg (when not nil: a message with its prefix, and the
+// status OK) or stat, with the headers when they have not gone out, and
+// ends the stream.
+func (st *stream) finish(stat *status.Status, msg []byte) {
+	c := st.c
+	c.wmu.Lock()
+	if st.ended || c.werr != nil {
+		c.wmu.Unlock()
+		st.cancel()
+		c.forget(st)
+		return
+	}
+	if st.ctx.Err() == context.DeadlineExceeded {
+		// As grpc-go: a call past its deadline is reset, not answered.
+		st.resetLocked(http2.ErrCodeCancel)
+		c.unlockWrite()
+		c.forget(st)
+		return
+	}
+	if msg != nil {
+		if err := st.writeMsgLocked(msg); err != nil {
+			c.wmu.Unlock()
+			st.cancel()
+			c.forget(st)
+			return
+		}
+	}
+	c.hbuf.Reset()
+	if !st.headerSent {
+		// Trailers-only.
+		st.headerSent = true
+		c.field(":status", "200")
+		c.field("content-type", contentType(st.subtype))
+	}
+	if stat == nil {
+		c.field("grpc-status", "0")
+	} else {
+		c.statusFields(stat)
+	}
+	c.mdFields(st.trailer)
+	c.writeBlock(st.id, c.hbuf.Bytes(), true)
+	if !st.sawEnd {
+		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+	}
+	st.ended = true
+	c.sentData = true
+	if st.inline {
+		// The reader flushes before it next waits for the client.
+		c.dirty = true
+		c.wmu.Unlock()
+	} else {
+		c.unlockWrite()
+	}
+	st.cancel()
+	c.forget(st)
+}
+
+// fail answers the call with stat from the reader goroutine, when what
+// the client sent fails it.
+func (st *stream) fail(stat *status.Status) {
+	st.wakeWith(stat.Err())
+	c := st.c
+	c.wmu.Lock()
+	if st.ended || c.werr != nil {
+		c.wmu.Unlock()
+		c.forget(st)
+		return
+	}
+	c.hbuf.Reset()
+	if !st.headerSent {
+		st.headerSent = true
+		c.field(":status", "200")
+		c.field("content-type", contentType(st.subtype))
+	}
+	c.statusFields(stat)
+	c.writeBlock(st.id, c.hbuf.Bytes(), true)
+	if !st.sawEnd {
+		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+	}
+	st.abortLocked()
+	c.dirty = true
+	c.wmu.Unlock()
+	c.forget(st)
+}
+
+// writeHeaderLocked sends the response headers; requires wmu held.
+func (st *stream) writeHeaderLocked() {
+	c := st.c
+	c.hbuf.Reset()
+	c.field(":status", "200")
+	c.field("content-type", contentType(st.subtype))
+	if st.comp != nil {
+		c.field("grpc-encoding", st.comp.Name())
+	}
+	c.mdFields(st.header)
+	c.writeBlock(st.id, c.hbuf.Bytes(), false)
+	st.headerSent = true
+}
+
+// writeMsgLocked sends msg (with its prefix) within the flow-control
+// windows, waiting for them to open; requires wmu held, which it may
+// release while it waits.
+func (st *stream) writeMsgLocked(msg []byte) error {
+	c := st.c
+	if !st.headerSent {
+		st.writeHeaderLocked()
+	}
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for len(msg) > 0 {
+		for st.sendWindow <= 0 || c.sendWindow <= 0 {
+			if st.ended || c.werr != nil {
+				return status.Error(codes.Canceled, "the stream ended")
+			}
+			if err := st.ctx.Err(); err != nil {
+				return status.FromContextError(err).Err()
+			}
+			if stop == nil {
+				// The window may never open: wake up when the call ends.
+				stop = context.AfterFunc(st.ctx, func() {
+					c.wmu.Lock()
+					c.wcond.Broadcast()
+					c.wmu.Unlock()
+				})
+			}
+			// Let the frames written so far go while waiting.
+			if err := c.flushLocked(); err != nil {
+				return err
+			}
+			c.wcond.Wait()
+		}
+		if st.ended || c.werr != nil {
+			return status.Error(codes.Canceled, "the stream ended")
+		}
+		n := int(min(int64(len(msg)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
+		c.fr.WriteData(st.id, false, msg[:n])
+		c.dirty = true
+		st.sendWindow -= int64(n)
+		c.sendWindow -= int64(n)
+		msg = msg[n:]
+	}
+	c.sentData = true
+	return nil
+}
+
+// resetLocked resets the stream with code and aborts it; requires wmu
+// held. The caller forgets it after releasing wmu.
+func (st *stream) resetLocked(code http2.ErrCode) {
+	if !st.ended && st.c.werr == nil {
+		st.c.fr.WriteRSTStream(st.id, code)
+		st.c.dirty = true
+	}
+	st.abortLocked()
+}
+
+// resetAndForget resets the stream with code and forgets it.
+func (c *conn) resetAndForget(st *stream, code http2.ErrCode) {
+	c.wmu.Lock()
+	st.resetLocked(code)
+	c.wmu.Unlock()
+	c.forget(st)
+}
+
+// abortLocked ends the stream without a word more: its context is
+// cancelled and a RecvMsg or a wait for flow control returns. Requires
+// wmu held.
+func (st *stream) abortLocked() {
+	st.ended = true
+	if st.cancel != nil {
+		st.cancel()
+	}
+	st.c.wcond.Broadcast()
+	st.wakeWith(status.Error(codes.Canceled, "the stream was reset"))
+}
+
+// wake wakes a RecvMsg when the call's context ends.
+func (st *stream) wake() {
+	st.wakeWith(status.FromContextError(st.ctx.Err()).Err())
+}
+
+func (st *stream) wakeWith(err error) {
+	if st.qcond == nil {
+		return
+	}
+	st.qmu.Lock()
+	if st.qerr == nil {
+		st.qerr = err
+	}
+	st.qcond.Broadcast()
+	st.qmu.Unlock()
+}
+
+// Method, SetHeader, SendHeader and SetTrailer make the stream a
+// grpc.ServerTransportStream, for grpc.Method, grpc.SetHeader and the
+// rest.
+func (st *stream) Method() string { return st.m.name }
+
+func (st *stream) SetHeader(md metadata.MD) error {
+	st.c.wmu.Lock()
+	defer st.c.wmu.Unlock()
+	if st.headerSent {
+		return status.Error(codes.Internal, "h2grpc: the headers were sent already")
+	}
+	st.header = metadata.Join(st.header, md)
+	return nil
+}
+
+func (st *stream) SendHeader(md metadata.MD) error {
+	c := st.c
+	c.wmu.Lock()
+	if st.headerSent || st.ended || c.werr != nil {
+		c.wmu.Unlock()
+		return status.Error(codes.Internal, "h2grpc: the headers were sent already, or the stream ended")
+	}
+	st.header = metadata.Join(st.header, md)
+	st.writeHeaderLocked()
+	c.sentData = true
+	c.unlockWrite()
+	return nil
+}
+
+func (st *stream) SetTrailer(md metadata.MD) error {
+	st.c.wmu.Lock()
+	defer st.c.wmu.Unlock()
+	if st.ended {
+		return status.Error(codes.Internal, "h2grpc: the stream ended")
+	}
+	st.trailer = metadata.Join(st.trailer, md)
+	return nil
+}
+
+var _ grpc.ServerTransportStream = (*stream)(nil)
+
+// serverStream is a streaming call's grpc.ServerStream.
+type serverStream struct {
+	st    *stream
+	nrecv int
+}
+
+func (ss *serverStream) SetHeader(md metadata.MD) error  { return ss.st.SetHeader(md) }
+func (ss *serverStream) SendHeader(md metadata.MD) error { return ss.st.SendHeader(md) }
+func (ss *serverStream) SetTrailer(md metadata.MD)       { ss.st.SetTrailer(md) }
+func (ss *serverStream) Context() context.Context        { return ss.st.ctx }
+
+func (ss *serverStream) SendMsg(m any) error {
+	st := ss.st
+	msg, err := st.encode(m)
+	if err != nil {
+		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+	}
+	defer putBuffer(msg)
+	c := st.c
+	c.wmu.Lock()
+	if st.ended || c.werr != nil {
+		c.wmu.Unlock()
+		if err := st.ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		return status.Error(codes.Canceled, "the stream ended")
+	}
+	err = st.writeMsgLocked(msg)
+	c.unlockWrite()
+	return err
+}
+
+func (ss *serverStream) RecvMsg(m any) error {
+	st := ss.st
+	st.qmu.Lock()
+	for len(st.queue) == 0 && !st.qend && st.qerr == nil {
+		st.qcond.Wait()
+	}
+	if st.qerr != nil {
+		err := st.qerr
+		st.qmu.Unlock()
+		return err
+	}
+	if len(st.queue) == 0 {
+		st.qmu.Unlock()
+		if !st.m.stream.ClientStreams && ss.nrecv == 0 {
+			return status.Error(codes.Internal, "cardinality violation: received no request message from non-client-streaming RPC")
+		}
+		return io.EOF
+	}
+	q := st.queue[0]
+	st.queue[0] = queued{}
+	st.queue = st.queue[1:]
+	done := st.qend
+	st.qmu.Unlock()
+	if !done {
+		st.credit(int64(len(q.data)) + 5)
+	}
+	ss.nrecv++
+	return st.unmarshal(q, m)
+}
+
+var _ grpc.ServerStream = (*serverStream)(nil)
+
+// field adds a header field to hbuf; requires wmu held.
+func (c *conn) field(name, value string) {
+	c.henc.WriteField(hpack.HeaderField{Name: name, Value: value})
+}
+
+// statusFields adds stat's grpc-status, grpc-message and details;
+// requires wmu held.
+func (c *conn) statusFields(stat *status.Status) {
+	c.field("grpc-status", strconv.Itoa(int(stat.Code())))
+	if msg := stat.Message(); msg != "" {
+		c.field("grpc-message", encodeGrpcMessage(msg))
+	}
+	if p := stat.Proto(); len(p.GetDetails()) > 0 {
+		if b, err := proto.Marshal(p); err == nil {
+			c.field("grpc-status-details-bin", base64.RawStdEncoding.EncodeToString(b))
+		}
+	}
+}
+
+// mdFields adds the metadata the call set, reserved names left out;
+// requires wmu held.
+func (c *conn) mdFields(md metadata.MD) {
+	for k, vs := range md {
+		if reserved(k) {
+			continue
+		}
+		for _, v := range vs {
+			if strings.HasSuffix(k, "-bin") {
+				v = base64.RawStdEncoding.EncodeToString([]byte(v))
+			}
+			c.field(k, v)
+		}
+	}
+}
+
+// writeBlock writes a header block, in CONTINUATION frames after the
+// first when it is larger than the client's frame size; requires wmu
+// held.
+func (c *conn) writeBlock(id uint32, block []byte, end bool) {
+	c.dirty = true
+	first := true
+	for first || len(block) > 0 {
+		n := min(len(block), c.peerFrame)
+		frag := block[:n]
+		block = block[n:]
+		if first {
+			c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0})
+			first = false
+		} else {
+			c.fr.WriteContinuation(id, len(block) == 0, frag)
+		}
+	}
+}
+
+func reserved(name string) bool {
+	if name == "" || name[0] == ':' {
+		return true
+	}
+	switch name {
+	case "content-type", "user-agent", "grpc-message-type", "grpc-encoding", "grpc-message", "grpc-status", "grpc-timeout", "grpc-status-details-bin", "te":
+		return true
+	}
+	return false
+}
+
+// contentSubtype reports the subtype of a gRPC content-type ("" for
+// "application/grpc", "proto" for "application/grpc+proto"), and whether
+// ct is one.
+func contentSubtype(ct string) (string, bool) {
+	const base = "application/grpc"
+	if !strings.HasPrefix(strings.ToLower(ct), base) {
+		return "", false
+	}
+	rest := ct[len(base):]
+	switch {
+	case rest == "":
+		return "", true
+	case rest[0] == '+' || rest[0] == ';':
+		return strings.ToLower(rest[1:]), true
+	}
+	return "", false
+}
+
+func contentType(subtype string) string {
+	if subtype == "" {
+		return "application/grpc"
+	}
+	return "application/grpc+" + subtype
+}
+
+func statusOf(err error) *status.Status {
+	if err == nil {
+		return status.New(codes.OK, "")
+	}
+	if s, ok := status.FromError(err); ok {
+		return s
+	}
+	return status.FromContextError(err)
+}
+
+// decodeTimeout reads a grpc-timeout value: up to 8 digits and a unit.
+func decodeTimeout(s string) (time.Duration, error) {
+	if len(s) < 2 || len(s) > 9 {
+		return 0, fmt.Errorf("%q: want 1 to 8 digits and a unit", s)
+	}
+	var unit time.Duration
+	switch s[len(s)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, fmt.Errorf("%q: unknown unit %q", s, s[len(s)-1:])
+	}
+	n, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", s, err)
+	}
+	if n > uint64(math.MaxInt64/unit) {
+		return math.MaxInt64, nil
+	}
+	return time.Duration(n) * unit, nil
+}
+
+func decodeBinHeader(v string) ([]byte, error) {
+	if len(v)%4 == 0 {
+		return base64.StdEncoding.DecodeString(v)
+	}
+	return base64.RawStdEncoding.DecodeString(v)
+}
+
+// encodeGrpcMessage percent-encodes a status message: bytes outside
+// printable ASCII, and '%'.
+func encodeGrpcMessage(msg string) string {
+	clean := true
+	for i := 0; i < len(msg); i++ {
+		if b := msg[i]; b < ' ' || b > '~' || b == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return msg
+	}
+	var sb strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if b := msg[i]; b < ' ' || b > '~' || b == '%' {
+			fmt.Fprintf(&sb, "%%%02X", b)
+		} else {
+			sb.WriteByte(b)
+		}
+	}
+	return sb.String()
+}
+
+// buffers recycles answers' bytes.
+var buffers sync.Pool
+
+func getBuffer(n int) []byte {
+	if p, ok := buffers.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n, max(n, 512))
+}
+
+func putBuffer(b []byte) {
+	if cap(b) > 64<<10 {
+		return
+	}
+	buffers.Put(&b)
+}
