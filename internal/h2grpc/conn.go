@@ -137,6 +137,9 @@ func (s *Server) serveConn(nc net.Conn) {
 	c.fr = http2.NewFramer(c.bw, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = maxHeaderList
+	// The frame size HTTP/2 allows until a SETTINGS raises it, which the
+	// server's never does.
+	c.fr.SetMaxReadFrameSize(16384)
 	c.fr.SetReuseFrames()
 	p := &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr(), AuthInfo: authInfo}
 	c.ctx, c.cancel = context.WithCancel(peer.NewContext(context.Background(), p))

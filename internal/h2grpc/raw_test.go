@@ -1,11 +1,15 @@
 package h2grpc
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // rawConn is an HTTP/2 client connection written frame by frame.
@@ -27,6 +31,7 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 		t.Fatal(err)
 	}
 	fr := http2.NewFramer(nc, nc)
+	fr.AllowIllegalWrites = true // the tests break the rules on purpose
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +48,6 @@ func (r *rawConn) goAway() *http2.GoAwayFrame {
 			r.t.Logf("read: %v", err)
 			return nil
 		}
-		r.t.Logf("frame: %v", f)
 		if g, ok := f.(*http2.GoAwayFrame); ok {
 			return g
 		}
@@ -63,4 +67,128 @@ func TestPingFloodIsSentAway(t *testing.T) {
 	if g == nil || g.ErrCode != http2.ErrCodeEnhanceYourCalm || string(g.DebugData()) != "too_many_pings" {
 		t.Fatalf("got %v, want GOAWAY ENHANCE_YOUR_CALM too_many_pings", g)
 	}
+}
+
+// headers sends a call's HEADERS for path on stream id.
+func (r *rawConn) headers(id uint32, path string, end bool) {
+	r.t.Helper()
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "test"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// until reads frames until one satisfies ok, which it returns, or until
+// the connection ends or 5 seconds pass (nil).
+func (r *rawConn) until(ok func(http2.Frame) bool) http2.Frame {
+	r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			r.t.Logf("read: %v", err)
+			return nil
+		}
+		if ok(f) {
+			return f
+		}
+	}
+}
+
+func TestProtocolErrorsEndTheConnection(t *testing.T) {
+	_, _, _, addr := serve(t, Options{})
+	for _, c := range []struct {
+		name string
+		send func(r *rawConn)
+		want http2.ErrCode
+	}{
+		{"an even stream id", func(r *rawConn) { r.headers(2, "/test.Echo/Unary", false) }, http2.ErrCodeProtocol},
+		{"stream ids going down", func(r *rawConn) { r.headers(5, "/test.Echo/Unary", false); r.headers(3, "/test.Echo/Unary", false) }, http2.ErrCodeProtocol},
+		{"a frame larger than 16 KiB", func(r *rawConn) {
+			r.headers(1, "/test.Echo/Unary", false)
+			r.fr.WriteData(1, false, make([]byte, 20000))
+		}, http2.ErrCodeFrameSize},
+		{"DATA on a stream never opened", func(r *rawConn) { r.fr.WriteData(7, false, []byte{0}) }, http2.ErrCodeProtocol},
+		{"a WINDOW_UPDATE of 0", func(r *rawConn) { r.fr.WriteWindowUpdate(0, 0) }, http2.ErrCodeProtocol},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := dialRaw(t, addr)
+			c.send(r)
+			g := r.goAway()
+			if g == nil || g.ErrCode != c.want {
+				t.Fatalf("got %v, want GOAWAY %v", g, c.want)
+			}
+			if _, err := r.fr.ReadFrame(); err == nil {
+				t.Error("the connection stayed open after its GOAWAY")
+			}
+		})
+	}
+	// Without the preface, the server says nothing and hangs up.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := nc.Read(make([]byte, 100)); err != io.EOF {
+		t.Errorf("an HTTP/1.1 request: read %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+func TestStreamsPastTheCapAreRefused(t *testing.T) {
+	_, e, _, addr := serve(t, Options{MaxConcurrentStreams: 2})
+	r := dialRaw(t, addr)
+	for _, id := range []uint32{1, 3, 5} {
+		r.headers(id, "/test.Echo/Block", false)
+		r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0})
+	}
+	f := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 5 || rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("got %v, want stream 5 refused", f)
+	}
+	for range 2 {
+		<-e.started
+	}
+	close(e.release)
+	// The two held calls are answered: trailers with grpc-status 0.
+	ended := 0
+	for ended < 2 {
+		f := r.until(func(f http2.Frame) bool { return f.Header().Flags.Has(http2.FlagHeadersEndStream) && f.Header().Type == http2.FrameHeaders })
+		if f == nil {
+			t.Fatalf("%d of the 2 held calls answered", ended)
+		}
+		ended++
+	}
+}
+
+func TestIdleAndOldConnectionsAreSentAway(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		_, _, _, addr := serve(t, Options{MaxConnectionIdle: 200 * time.Millisecond})
+		r := dialRaw(t, addr)
+		began := time.Now()
+		g := r.goAway()
+		if g == nil || g.ErrCode != http2.ErrCodeNo {
+			t.Fatalf("got %v, want GOAWAY NO_ERROR", g)
+		}
+		if took := time.Since(began); took < 150*time.Millisecond {
+			t.Errorf("GOAWAY after %s, before the idle time", took)
+		}
+	})
+	t.Run("old, with a call that outlives the grace", func(t *testing.T) {
+		_, e, _, addr := serve(t, Options{MaxConnectionAge: 200 * time.Millisecond, MaxConnectionAgeGrace: 300 * time.Millisecond})
+		r := dialRaw(t, addr)
+		r.headers(1, "/test.Echo/Block", false)
+		r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0})
+		<-e.started
+		if g := r.goAway(); g == nil || g.ErrCode != http2.ErrCodeNo {
+			t.Fatalf("got %v, want GOAWAY NO_ERROR", g)
+		}
+		if err := <-e.ended; err != context.Canceled {
+			t.Errorf("the call past the grace: %v, want its context cancelled", err)
+		}
+	})
 }

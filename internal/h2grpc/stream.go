@@ -143,7 +143,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			return nil
 		case "grpc-message-type", "grpc-message", "grpc-status", "te":
 		default:
-			if hf.Name[0] == ':' {
+			if hf.Name == "" || hf.Name[0] == ':' {
 				continue
 			}
 			v := hf.Value
