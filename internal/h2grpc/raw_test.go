@@ -157,7 +157,9 @@ func TestStreamsPastTheCapAreRefused(t *testing.T) {
 	// The two held calls are answered: trailers with grpc-status 0.
 	ended := 0
 	for ended < 2 {
-		f := r.until(func(f http2.Frame) bool { return f.Header().Flags.Has(http2.FlagHeadersEndStream) && f.Header().Type == http2.FrameHeaders })
+		f := r.until(func(f http2.Frame) bool {
+			return f.Header().Flags.Has(http2.FlagHeadersEndStream) && f.Header().Type == http2.FrameHeaders
+		})
 		if f == nil {
 			t.Fatalf("%d of the 2 held calls answered", ended)
 		}
