@@ -297,7 +297,7 @@ type RedisOptions struct {
 	ExpirationJitter time.Duration
 
 	TLSSkipHostname bool          // --redis-tls-skip-hostname-verification: verify the chain, not the name
-	MaxFlushDelay   time.Duration // --redis-max-flush-delay: how long a connection may gather pipelined commands; default 0: write at once
+	MaxFlushDelay   time.Duration // --redis-max-flush-delay: how long a connection may gather pipelined commands while others are in flight; default 20µs, 0: write at once
 	// HealthCheckActiveConnection (--redis-health-check-active-connection)
 	// makes the health checks fail while Redis does not answer, whatever
 	// --on-store-error says.
@@ -360,6 +360,7 @@ func Defaults() Options {
 		OnStoreError: "error",
 		Redis: RedisOptions{
 			Mode: "single", Timeout: 100 * time.Millisecond, Clock: "local", EnvoyKeys: true, SocketType: "tcp",
+			MaxFlushDelay:          20 * time.Microsecond,
 			StartupInitialInterval: time.Second, StartupMaxInterval: 30 * time.Second,
 		},
 		PerSecondRedis:            RedisOptions{Mode: "single", Timeout: 100 * time.Millisecond, SocketType: "tcp"},
@@ -567,7 +568,7 @@ func (o *Options) addStoreFlags(fs *flag.FlagSet) *string {
 	fs.StringVar(&o.Redis.Clock, "redis-clock", o.Redis.Clock, "time source for Redis decisions: local or server")
 	fs.BoolVar(&o.Redis.EnvoyKeys, "redis-envoy-keys", o.Redis.EnvoyKeys, "count fixed windows with envoyproxy/ratelimit's pipelined INCRBY+EXPIRE on its keys (false: with the Lua script)")
 	fs.BoolVar(&o.Redis.TLSSkipHostname, "redis-tls-skip-hostname-verification", o.Redis.TLSSkipHostname, "verify the Redis certificate's chain but not its host name")
-	durationVar(fs, &o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may wait, while other calls are in flight on it, to gather their commands into one write (0: write at once; pays only with many calls in flight)")
+	durationVar(fs, &o.Redis.MaxFlushDelay, "redis-max-flush-delay", o.Redis.MaxFlushDelay, "how long a Redis connection may wait, while other calls are in flight on it, to gather their commands into one write (0: write at once)")
 	durationVar(fs, &o.Redis.StartupInitialInterval, "redis-startup-initial-interval", o.Redis.StartupInitialInterval, "first wait before retrying Redis at startup")
 	durationVar(fs, &o.Redis.StartupMaxInterval, "redis-startup-max-interval", o.Redis.StartupMaxInterval, "longest wait between Redis retries at startup")
 	durationVar(fs, &o.Redis.StartupMaxElapsedTime, "redis-startup-max-elapsed-time", o.Redis.StartupMaxElapsedTime, "give up starting when Redis has not answered for this long (0: retry forever)")

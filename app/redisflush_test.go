@@ -18,7 +18,8 @@ func TestRedisMaxFlushDelayOption(t *testing.T) {
 		want    time.Duration
 		wantErr string
 	}{
-		{name: "the default writes at once", args: redis, want: 0},
+		{name: "the default gathers for 20µs", args: redis, want: 20 * time.Microsecond},
+		{name: "0 writes at once", args: append([]string{"--redis-max-flush-delay", "0"}, redis...), want: 0},
 		{name: "the flag sets it", args: append([]string{"--redis-max-flush-delay", "20us"}, redis...), want: 20 * time.Microsecond},
 		{name: "the SLUICE_ variable sets it", args: redis, env: map[string]string{"SLUICE_REDIS_MAX_FLUSH_DELAY": "50us"}, want: 50 * time.Microsecond},
 		{name: "envoyproxy/ratelimit's REDIS_PIPELINE_WINDOW=0 writes at once", args: redis, env: map[string]string{"REDIS_PIPELINE_WINDOW": "0"}, want: 0},
