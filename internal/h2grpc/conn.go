@@ -33,6 +33,9 @@ const (
 	goAwayPing = "goaway!!"
 	// keepalivePing is the payload of the server's keepalive pings.
 	keepalivePing = "alive?!!"
+	// flushWait bounds how long an answer waits for the calls running
+	// beside it to flush it with theirs.
+	flushWait = 200 * time.Microsecond
 	// goAwayPingWait is how long a graceful close waits for the answer to
 	// its ping before sending the final GOAWAY regardless.
 	goAwayPingWait = 5 * time.Second
@@ -72,6 +75,10 @@ type conn struct {
 	fr     *http2.Framer // reads on the reader goroutine, writes under wmu
 	done   chan struct{} // closed when the connection is closed
 
+	// running counts the unary calls running on goroutines of their own
+	// or workers, which finish their answers' writes themselves.
+	running atomic.Int32
+
 	// active is set by the reader on every frame and cleared by the
 	// keepalive loop: whether the client said anything since it last
 	// looked.
@@ -88,6 +95,8 @@ type conn struct {
 	peerWindow int64        // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame  int          // the client's SETTINGS_MAX_FRAME_SIZE
 	sentData   bool         // a header or data frame went out since the client's last ping
+	flushTimer *time.Timer  // flushes what finish left unflushed; nil until first needed
+	flushArmed bool         // flushTimer is set to fire
 
 	mu       sync.Mutex // protects the fields below
 	streams  map[uint32]*stream
@@ -419,6 +428,28 @@ func (c *conn) flushLocked() error {
 		return err
 	}
 	return nil
+}
+
+// flushSoonLocked sees that what bw holds is flushed within flushWait,
+// whether or not a later writer does it first; requires wmu held.
+func (c *conn) flushSoonLocked() {
+	if c.flushArmed {
+		return
+	}
+	c.flushArmed = true
+	if c.flushTimer == nil {
+		c.flushTimer = time.AfterFunc(flushWait, func() {
+			c.wmu.Lock()
+			c.flushArmed = false
+			err := c.flushLocked()
+			c.wmu.Unlock()
+			if err != nil {
+				c.close(err)
+			}
+		})
+		return
+	}
+	c.flushTimer.Reset(flushWait)
 }
 
 // unlockWrite releases wmu and sees the frames written under it flushed.

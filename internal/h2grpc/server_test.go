@@ -506,3 +506,20 @@ func selfSigned(t *testing.T, host string) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
+
+// An answer left for a slower call on the same connection to flush goes
+// out anyway, soon, while that call still runs.
+func TestAnswersDoNotWaitForSlowerCalls(t *testing.T) {
+	for _, opts := range []Options{{}, {Workers: 4}} {
+		_, e, _, addr := serve(t, opts)
+		cc := dial(t, addr)
+		go call(context.Background(), cc, "Block", nil)
+		<-e.started
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := call(ctx, cc, "Unary", []byte("quick")); err != nil {
+			t.Errorf("a quick call beside a blocked one: %v", err)
+		}
+		cancel()
+		close(e.release)
+	}
+}

@@ -38,6 +38,7 @@ type stream struct {
 	subtype string              // the content-type's subtype: "" or "proto", say
 	comp    encoding.Compressor // the request's grpc-encoding; nil: identity
 	inline  bool                // the call runs on the reader goroutine
+	counted bool                // the call counts in conn.running until it finishes
 
 	// inflight is the bytes the client sent on the stream that the server
 	// has not credited back yet: at most the stream's receive window.
@@ -408,6 +409,8 @@ func (c *conn) endOfStream(st *stream) {
 		st.run()
 		return
 	}
+	st.counted = true
+	c.running.Add(1)
 	c.s.dispatch(st)
 }
 
@@ -585,11 +588,23 @@ func (st *stream) finish(stat *status.Status, msg []byte) {
 	}
 	st.ended = true
 	c.sentData = true
-	if st.inline {
+	switch {
+	case st.inline:
 		// The reader flushes before it next waits for the client.
 		c.dirty = true
 		c.wmu.Unlock()
-	} else {
+	case st.counted && c.running.Add(-1) > 0:
+		// Calls of this connection still running will write their
+		// answers soon: the last flushes them all, and a timer flushes
+		// anyway if that takes long.
+		st.counted = false
+		c.dirty = true
+		c.flushSoonLocked()
+		c.wmu.Unlock()
+	default:
+		if st.counted {
+			st.counted = false
+		}
 		c.unlockWrite()
 	}
 	st.cancel()
