@@ -523,3 +523,36 @@ func TestAnswersDoNotWaitForSlowerCalls(t *testing.T) {
 		close(e.release)
 	}
 }
+
+// Calls that end without an answer (cancelled by the client) stop
+// counting as running, so later answers are flushed at once.
+func TestCancelledCallsStopCounting(t *testing.T) {
+	s, e, _, addr := serve(t, Options{Workers: 2})
+	cc := dial(t, addr)
+	for range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		go call(ctx, cc, "Block", nil)
+		<-e.started
+		cancel()
+		<-e.ended
+	}
+	if _, err := call(context.Background(), cc, "Unary", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		var running int32
+		for c := range s.conns {
+			running += c.running.Load()
+		}
+		s.mu.Unlock()
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls still count as running after every call ended", running)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

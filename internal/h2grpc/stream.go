@@ -547,6 +547,13 @@ func (st *stream) encode(v any) ([]byte, error) {
 // ends the stream.
 func (st *stream) finish(stat *status.Status, msg []byte) {
 	c := st.c
+	// others: calls of this connection still running will write their
+	// answers soon, and the last flushes them all.
+	others := false
+	if st.counted {
+		st.counted = false
+		others = c.running.Add(-1) > 0
+	}
 	c.wmu.Lock()
 	if st.ended || c.werr != nil {
 		c.wmu.Unlock()
@@ -593,18 +600,12 @@ func (st *stream) finish(stat *status.Status, msg []byte) {
 		// The reader flushes before it next waits for the client.
 		c.dirty = true
 		c.wmu.Unlock()
-	case st.counted && c.running.Add(-1) > 0:
-		// Calls of this connection still running will write their
-		// answers soon: the last flushes them all, and a timer flushes
-		// anyway if that takes long.
-		st.counted = false
+	case others:
+		// A timer flushes anyway if the others take long.
 		c.dirty = true
 		c.flushSoonLocked()
 		c.wmu.Unlock()
 	default:
-		if st.counted {
-			st.counted = false
-		}
 		c.unlockWrite()
 	}
 	st.cancel()
