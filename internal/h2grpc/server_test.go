@@ -556,3 +556,30 @@ func TestCancelledCallsStopCounting(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A streamed message larger than the stream's receive window arrives:
+// the server credits its bytes while it is still incomplete.
+func TestStreamedMessagesLargerThanTheWindow(t *testing.T) {
+	_, _, _, addr := serve(t, Options{InitialWindowSize: 1 << 16})
+	cc := dial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := cc.NewStream(ctx, bidiDesc, "/test.Echo/Bidi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{3 << 20, 10, 1 << 20} {
+		want := bytes.Repeat([]byte{byte(n)}, n)
+		if err := cs.SendMsg(wrapperspb.Bytes(want)); err != nil {
+			t.Fatal(err)
+		}
+		var got wrapperspb.BytesValue
+		if err := cs.RecvMsg(&got); err != nil {
+			t.Fatalf("a message of %d bytes: %v", n, err)
+		}
+		if !bytes.Equal(got.GetValue(), want) {
+			t.Fatalf("a message of %d bytes came back different", n)
+		}
+	}
+	cs.CloseSend()
+}

@@ -62,6 +62,9 @@ type stream struct {
 	qcond *sync.Cond // on qmu: broadcast when a message, the end or an error arrives
 	queue []queued
 	qend  bool  // the client's END_STREAM arrived
+	// queued is the bytes of the messages in queue, and deferred the bytes
+	// received while queued was a window or more, not yet credited.
+	queued, deferred int64
 	qerr  error // the stream failed: RecvMsg returns it
 
 	// wmu
@@ -312,10 +315,16 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if pad := int64(n) - int64(len(data)); pad > 0 {
 		st.credit(pad)
 	}
-	if st.m.stream == nil {
+	if st.m.stream == nil || st.queueRoom() {
 		// A unary request is held whole until its end, its size capped by
-		// MaxRecvMsgSize: credit its bytes as they come.
+		// MaxRecvMsgSize, and so is a streamed message until complete: credit
+		// their bytes as they come, unless the call has a window's worth
+		// of messages it has not read yet (then RecvMsg credits them).
 		st.credit(int64(len(data)))
+	} else {
+		st.qmu.Lock()
+		st.deferred += int64(len(data))
+		st.qmu.Unlock()
 	}
 	if err := st.take(data); err != nil {
 		st.fail(err)
@@ -367,6 +376,7 @@ func (st *stream) deliver(q queued) *status.Status {
 	if st.m.stream != nil {
 		st.qmu.Lock()
 		st.queue = append(st.queue, q)
+		st.queued += int64(len(q.data)) + 5
 		st.qcond.Broadcast()
 		st.qmu.Unlock()
 		return nil
@@ -696,6 +706,7 @@ func (st *stream) writeMsgLocked(msg []byte) error {
 		n := int(min(int64(len(msg)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
 		c.fr.WriteData(st.id, false, msg[:n])
 		c.dirty = true
+		c.sentData = true // a client may ping as data arrives (grpc-go's BDP pings)
 		st.sendWindow -= int64(n)
 		c.sendWindow -= int64(n)
 		msg = msg[n:]
@@ -845,10 +856,15 @@ func (ss *serverStream) RecvMsg(m any) error {
 	q := st.queue[0]
 	st.queue[0] = queued{}
 	st.queue = st.queue[1:]
+	st.queued -= int64(len(q.data)) + 5
+	var owed int64
+	if st.queued < int64(st.c.s.opts.InitialWindowSize) {
+		owed, st.deferred = st.deferred, 0
+	}
 	done := st.qend
 	st.qmu.Unlock()
 	if !done {
-		st.credit(int64(len(q.data)) + 5)
+		st.credit(owed)
 	}
 	ss.nrecv++
 	return st.unmarshal(q, m)
@@ -1034,4 +1050,12 @@ func putBuffer(b []byte) {
 		return
 	}
 	buffers.Put(&b)
+}
+
+// queueRoom reports whether a streaming call's unread messages take less
+// than a window, so that received bytes may be credited at once.
+func (st *stream) queueRoom() bool {
+	st.qmu.Lock()
+	defer st.qmu.Unlock()
+	return st.queued < int64(st.c.s.opts.InitialWindowSize)
 }
