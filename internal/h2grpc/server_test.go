@@ -387,8 +387,10 @@ func TestCancelledCallsSeeTheirContextEnd(t *testing.T) {
 	defer cancel()
 	_, err := call(ctx, cc, "Block", nil)
 	<-e.started
-	if err := <-e.ended; err != context.DeadlineExceeded {
-		t.Errorf("handler's context: %v, want DeadlineExceeded", err)
+	// The server's timer and the client's RST_STREAM, sent when its own
+	// deadline passes, race: either ends the handler's context.
+	if err := <-e.ended; err != context.DeadlineExceeded && err != context.Canceled {
+		t.Errorf("handler's context: %v, want it ended", err)
 	}
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("call: %v, want DeadlineExceeded", err)

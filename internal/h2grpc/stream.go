@@ -61,11 +61,11 @@ type stream struct {
 	qmu   sync.Mutex // protects the fields below
 	qcond *sync.Cond // on qmu: broadcast when a message, the end or an error arrives
 	queue []queued
-	qend  bool  // the client's END_STREAM arrived
+	qend  bool // the client's END_STREAM arrived
 	// queued is the bytes of the messages in queue, and deferred the bytes
 	// received while queued was a window or more, not yet credited.
 	queued, deferred int64
-	qerr  error // the stream failed: RecvMsg returns it
+	qerr             error // the stream failed: RecvMsg returns it
 
 	// wmu
 	sendWindow int64
