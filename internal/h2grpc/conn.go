@@ -498,10 +498,7 @@ func (c *conn) drain() {
 	c.wmu.Lock()
 	if c.werr == nil {
 		c.fr.WriteGoAway(maxStreamID, http2.ErrCodeNo, nil)
-		var data [8]byte
-		copy(data[:], goAwayPing)
-		c.fr.WritePing(false, data)
-		c.dirty = true
+		c.writePingLocked(goAwayPing)
 	}
 	err := c.flushLocked()
 	c.wmu.Unlock()
@@ -511,6 +508,15 @@ func (c *conn) drain() {
 	}
 	// A client that never answers the ping gets the final GOAWAY anyway.
 	time.AfterFunc(goAwayPingWait, c.finalGoAway)
+}
+
+// writePingLocked sends a ping carrying payload (8 bytes); requires wmu
+// held.
+func (c *conn) writePingLocked(payload string) {
+	var data [8]byte
+	copy(data[:], payload)
+	c.fr.WritePing(false, data)
+	c.dirty = true
 }
 
 // finalGoAway sends the second GOAWAY of a graceful close.
@@ -661,10 +667,7 @@ func (c *conn) keepalive() {
 			// acts.
 			if c.wmu.TryLock() {
 				if c.werr == nil {
-					var data [8]byte
-					copy(data[:], keepalivePing)
-					c.fr.WritePing(false, data)
-					c.dirty = true
+					c.writePingLocked(keepalivePing)
 				}
 				err := c.flushLocked()
 				c.wmu.Unlock()

@@ -41,17 +41,8 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 // goAway reads frames until a GOAWAY, which it returns, or until the
 // connection ends or 5 seconds pass (nil).
 func (r *rawConn) goAway() *http2.GoAwayFrame {
-	r.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			r.t.Logf("read: %v", err)
-			return nil
-		}
-		if g, ok := f.(*http2.GoAwayFrame); ok {
-			return g
-		}
-	}
+	g, _ := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	return g
 }
 
 func TestPingFloodIsSentAway(t *testing.T) {

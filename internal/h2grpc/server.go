@@ -263,27 +263,19 @@ func (s *Server) Serve(l net.Listener) error {
 // Stop closes the listeners and every connection at once; calls in
 // flight see their contexts cancelled and their answers dropped.
 func (s *Server) Stop() {
-	s.mu.Lock()
-	s.stop()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		c.close(errServerStopped)
-	}
-	s.mu.Lock()
-	for len(s.conns) > 0 {
-		s.connsGone.Wait()
-	}
-	s.mu.Unlock()
+	s.shutdown(func(c *conn) { c.close(errServerStopped) })
 }
 
 // GracefulStop closes the listeners, sends every connection a GOAWAY,
 // and returns when their calls have ended and the connections are
 // closed. Stop during a GracefulStop cuts the wait short.
 func (s *Server) GracefulStop() {
+	s.shutdown((*conn).drain)
+}
+
+// shutdown stops the server, applies end to every connection, and waits
+// for all of them to close.
+func (s *Server) shutdown(end func(*conn)) {
 	s.mu.Lock()
 	s.stop()
 	conns := make([]*conn, 0, len(s.conns))
@@ -292,7 +284,7 @@ func (s *Server) GracefulStop() {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.drain()
+		end(c)
 	}
 	s.mu.Lock()
 	for len(s.conns) > 0 {

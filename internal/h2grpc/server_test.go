@@ -397,7 +397,11 @@ func TestCancelledCallsSeeTheirContextEnd(t *testing.T) {
 	}
 }
 
-func TestGracefulStopLetsCallsFinish(t *testing.T) {
+// blocked starts a server that the test stops itself, and a call to
+// Block on it; it returns when the call is in the handler, with the
+// channel that gets the call's outcome.
+func blocked(t *testing.T) (*Server, *echo, net.Listener, chan error) {
+	t.Helper()
 	s := NewServer(Options{})
 	e := newEcho()
 	s.RegisterService(&echoDesc, e)
@@ -416,6 +420,11 @@ func TestGracefulStopLetsCallsFinish(t *testing.T) {
 		answer <- err
 	}()
 	<-e.started
+	return s, e, l, answer
+}
+
+func TestGracefulStopLetsCallsFinish(t *testing.T) {
+	s, e, l, answer := blocked(t)
 	stopped := make(chan struct{})
 	go func() { s.GracefulStop(); close(stopped) }()
 	select {
@@ -438,21 +447,7 @@ func TestGracefulStopLetsCallsFinish(t *testing.T) {
 }
 
 func TestStopCutsCalls(t *testing.T) {
-	s := NewServer(Options{})
-	e := newEcho()
-	s.RegisterService(&echoDesc, e)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	cc := dial(t, l.Addr().String())
-	answer := make(chan error, 1)
-	go func() {
-		_, err := call(context.Background(), cc, "Block", nil)
-		answer <- err
-	}()
-	<-e.started
+	s, e, _, answer := blocked(t)
 	s.Stop()
 	if err := <-e.ended; err != context.Canceled {
 		t.Errorf("handler's context after Stop: %v, want Canceled", err)

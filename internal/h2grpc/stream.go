@@ -586,23 +586,7 @@ func (st *stream) finish(stat *status.Status, msg []byte) {
 			return
 		}
 	}
-	c.hbuf.Reset()
-	if !st.headerSent {
-		// Trailers-only.
-		st.headerSent = true
-		c.field(":status", "200")
-		c.field("content-type", contentType(st.subtype))
-	}
-	if stat == nil {
-		c.field("grpc-status", "0")
-	} else {
-		c.statusFields(stat)
-	}
-	c.mdFields(st.trailer)
-	c.writeBlock(st.id, c.hbuf.Bytes(), true)
-	if !st.sawEnd {
-		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
-	}
+	st.writeTrailersLocked(stat, st.trailer)
 	st.ended = true
 	c.sentData = true
 	switch {
@@ -633,21 +617,35 @@ func (st *stream) fail(stat *status.Status) {
 		c.forget(st)
 		return
 	}
+	st.writeTrailersLocked(stat, nil)
+	st.abortLocked()
+	c.dirty = true
+	c.wmu.Unlock()
+	c.forget(st)
+}
+
+// writeTrailersLocked ends the stream with stat (nil: OK) and the
+// metadata md in trailers, or in a trailers-only answer when the headers
+// have not gone out, and resets it when the client has more to send;
+// requires wmu held.
+func (st *stream) writeTrailersLocked(stat *status.Status, md metadata.MD) {
+	c := st.c
 	c.hbuf.Reset()
 	if !st.headerSent {
 		st.headerSent = true
 		c.field(":status", "200")
 		c.field("content-type", contentType(st.subtype))
 	}
-	c.statusFields(stat)
+	if stat == nil {
+		c.field("grpc-status", "0")
+	} else {
+		c.statusFields(stat)
+	}
+	c.mdFields(md)
 	c.writeBlock(st.id, c.hbuf.Bytes(), true)
 	if !st.sawEnd {
 		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
 	}
-	st.abortLocked()
-	c.dirty = true
-	c.wmu.Unlock()
-	c.forget(st)
 }
 
 // writeHeaderLocked sends the response headers; requires wmu held.
