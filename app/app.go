@@ -421,6 +421,7 @@ func (a *App) Start() error {
 			MaxConnectionIdle:     a.opts.GRPCMaxConnectionIdle,
 			KeepaliveMinTime:      a.opts.GRPCKeepaliveMinTime,
 			HandshakeTimeout:      a.opts.HTTPReadTimeout,
+			WriteTimeout:          a.opts.HTTPWriteTimeout,
 			Codec:                 codec,
 			Unary:                 []grpc.UnaryServerInterceptor{codec.unary},
 			Stream:                []grpc.StreamServerInterceptor{codec.stream},

@@ -510,7 +510,7 @@ flags:
 
 	// Connection limits against slow or greedy clients.
 	durationVar(fs, &o.HTTPReadTimeout, "http-read-timeout", o.HTTPReadTimeout, "longest time to read a whole HTTP request, and a gRPC connection's handshake")
-	durationVar(fs, &o.HTTPWriteTimeout, "http-write-timeout", o.HTTPWriteTimeout, "longest time from an HTTP request's headers to the end of its answer (not on the debug listener)")
+	durationVar(fs, &o.HTTPWriteTimeout, "http-write-timeout", o.HTTPWriteTimeout, "longest time from an HTTP request's headers to the end of its answer (not on the debug listener); on the gRPC port, the longest a write to a connection may take")
 	durationVar(fs, &o.HTTPIdleTimeout, "http-idle-timeout", o.HTTPIdleTimeout, "close keep-alive HTTP connections idle this long")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "most open connections per listener (gRPC, HTTP, debug); more wait to be accepted (0: no cap)")
 	durationVar(fs, &o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", o.GRPCMaxConnectionIdle, "close gRPC connections without a call for this long with a GOAWAY (0: never)")

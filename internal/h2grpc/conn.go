@@ -133,7 +133,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		s:          s,
 		nc:         nc,
 		br:         bufio.NewReaderSize(nc, bufferSize),
-		bw:         bufio.NewWriterSize(nc, bufferSize),
+		bw:         bufio.NewWriterSize(&deadlineWriter{nc: nc, timeout: s.opts.WriteTimeout}, bufferSize),
 		done:       make(chan struct{}),
 		streams:    make(map[uint32]*stream),
 		lastID:     maxStreamID,
@@ -680,4 +680,26 @@ func (c *conn) keepalive() {
 			pingAt = now.Add(o.KeepaliveTime)
 		}
 	}
+}
+
+// deadlineWriter writes to nc with a write deadline at least half of
+// timeout away (0: none), so that a client that stops reading cannot hold
+// the connection's writers for longer than timeout. It moves the deadline
+// only when less than half of timeout is left, not on every write.
+type deadlineWriter struct {
+	nc       net.Conn
+	timeout  time.Duration
+	deadline time.Time
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	if w.timeout > 0 {
+		if now := time.Now(); w.deadline.Sub(now) < w.timeout/2 {
+			w.deadline = now.Add(w.timeout)
+			if err := w.nc.SetWriteDeadline(w.deadline); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return w.nc.Write(p)
 }

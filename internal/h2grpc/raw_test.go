@@ -3,6 +3,7 @@ package h2grpc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"testing"
@@ -184,4 +185,45 @@ func TestIdleAndOldConnectionsAreSentAway(t *testing.T) {
 			t.Errorf("the call past the grace: %v, want its context cancelled", err)
 		}
 	})
+}
+
+// A client that stops reading its answers is cut off after WriteTimeout,
+// so the calls writing to it end.
+func TestAClientThatStopsReadingIsCutOff(t *testing.T) {
+	s, _, _, addr := serve(t, Options{WriteTimeout: 300 * time.Millisecond, MaxRecvMsgSize: 16 << 20})
+	r := dialRaw(t, addr)
+	// Windows wide open, so that only TCP stops the server's answers.
+	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: maxStreamID})
+	r.fr.WriteWindowUpdate(0, maxStreamID-65535)
+	msg := make([]byte, 8<<20) // a BytesValue of 8 MiB - 5
+	n := len(msg) - 5
+	msg[0] = 0x0a
+	binary.PutUvarint(msg[1:], uint64(n-5)) // 4 bytes of varint for this size
+	grpcMsg := append([]byte{0, 0, 0, 0, 0}, msg[:n]...)
+	binary.BigEndian.PutUint32(grpcMsg[1:], uint32(n))
+	go func() {
+		for _, id := range []uint32{1, 3, 5, 7} {
+			r.headers(id, "/test.Echo/Unary", false)
+			for b := grpcMsg; len(b) > 0; {
+				k := min(len(b), 16384)
+				if r.fr.WriteData(id, k == len(b), b[:k]) != nil {
+					return // the server hung up
+				}
+				b = b[k:]
+			}
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.mu.Lock()
+		open := len(s.conns)
+		s.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection of a client that reads nothing is still open")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

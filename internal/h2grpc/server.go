@@ -70,6 +70,10 @@ type Options struct {
 	// ENHANCE_YOUR_CALM "too_many_pings". Default 5 minutes, grpc-go's;
 	// pings are allowed without calls in flight.
 	KeepaliveMinTime time.Duration
+	// WriteTimeout closes a connection a write to which has not completed
+	// in this long: a client that stops reading its answers cannot hold
+	// the calls that answer it. Zero: no limit.
+	WriteTimeout time.Duration
 	// HandshakeTimeout bounds the TLS handshake and the client's HTTP/2
 	// preface. Default 120 s, grpc-go's ConnectionTimeout.
 	HandshakeTimeout time.Duration
