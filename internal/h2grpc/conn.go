@@ -75,6 +75,9 @@ type conn struct {
 	fr     *http2.Framer // reads on the reader goroutine, writes under wmu
 	done   chan struct{} // closed when the connection is closed
 
+	// closing is set as close begins; writers treat it as werr.
+	closing atomic.Bool
+
 	// running counts the unary calls running on goroutines of their own
 	// or workers, which finish their answers' writes themselves.
 	running atomic.Int32
@@ -413,6 +416,10 @@ func (c *conn) writeWindowUpdate(id, n uint32) {
 	c.wmu.Unlock()
 }
 
+// broken reports whether nothing more may be written: the connection is
+// closing or a write failed. Requires wmu held.
+func (c *conn) broken() bool { return c.werr != nil || c.closing.Load() }
+
 // flushLocked writes out what bw holds; requires wmu held.
 func (c *conn) flushLocked() error {
 	if c.werr != nil {
@@ -573,6 +580,9 @@ func (c *conn) close(err error) {
 	}
 	c.closed = true
 	c.closeErr = err
+	// Before the calls' contexts end: a call that sees its context
+	// cancelled must find the connection broken, not answer "canceled".
+	c.closing.Store(true)
 	streams := make([]*stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)

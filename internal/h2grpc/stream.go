@@ -3,7 +3,6 @@ package h2grpc
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -15,14 +14,12 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // stream is one call. The reader goroutine creates it and owns the fields
@@ -565,7 +562,7 @@ func (st *stream) finish(stat *status.Status, msg []byte) {
 		others = c.running.Add(-1) > 0
 	}
 	c.wmu.Lock()
-	if st.ended || c.werr != nil {
+	if st.ended || c.broken() {
 		c.wmu.Unlock()
 		st.cancel()
 		c.forget(st)
@@ -612,7 +609,7 @@ func (st *stream) fail(stat *status.Status) {
 	st.wakeWith(stat.Err())
 	c := st.c
 	c.wmu.Lock()
-	if st.ended || c.werr != nil {
+	if st.ended || c.broken() {
 		c.wmu.Unlock()
 		c.forget(st)
 		return
@@ -678,7 +675,7 @@ func (st *stream) writeMsgLocked(msg []byte) error {
 	}()
 	for len(msg) > 0 {
 		for st.sendWindow <= 0 || c.sendWindow <= 0 {
-			if st.ended || c.werr != nil {
+			if st.ended || c.broken() {
 				return status.Error(codes.Canceled, "the stream ended")
 			}
 			if err := st.ctx.Err(); err != nil {
@@ -698,7 +695,7 @@ func (st *stream) writeMsgLocked(msg []byte) error {
 			}
 			c.wcond.Wait()
 		}
-		if st.ended || c.werr != nil {
+		if st.ended || c.broken() {
 			return status.Error(codes.Canceled, "the stream ended")
 		}
 		n := int(min(int64(len(msg)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
@@ -778,7 +775,7 @@ func (st *stream) SetHeader(md metadata.MD) error {
 func (st *stream) SendHeader(md metadata.MD) error {
 	c := st.c
 	c.wmu.Lock()
-	if st.headerSent || st.ended || c.werr != nil {
+	if st.headerSent || st.ended || c.broken() {
 		c.wmu.Unlock()
 		return status.Error(codes.Internal, "h2grpc: the headers were sent already, or the stream ended")
 	}
@@ -800,260 +797,3 @@ func (st *stream) SetTrailer(md metadata.MD) error {
 }
 
 var _ grpc.ServerTransportStream = (*stream)(nil)
-
-// serverStream is a streaming call's grpc.ServerStream.
-type serverStream struct {
-	st    *stream
-	nrecv int
-}
-
-func (ss *serverStream) SetHeader(md metadata.MD) error  { return ss.st.SetHeader(md) }
-func (ss *serverStream) SendHeader(md metadata.MD) error { return ss.st.SendHeader(md) }
-func (ss *serverStream) SetTrailer(md metadata.MD)       { ss.st.SetTrailer(md) }
-func (ss *serverStream) Context() context.Context        { return ss.st.ctx }
-
-func (ss *serverStream) SendMsg(m any) error {
-	st := ss.st
-	msg, err := st.encode(m)
-	if err != nil {
-		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
-	}
-	defer putBuffer(msg)
-	c := st.c
-	c.wmu.Lock()
-	if st.ended || c.werr != nil {
-		c.wmu.Unlock()
-		if err := st.ctx.Err(); err != nil {
-			return status.FromContextError(err).Err()
-		}
-		return status.Error(codes.Canceled, "the stream ended")
-	}
-	err = st.writeMsgLocked(msg)
-	c.unlockWrite()
-	return err
-}
-
-func (ss *serverStream) RecvMsg(m any) error {
-	st := ss.st
-	st.qmu.Lock()
-	for len(st.queue) == 0 && !st.qend && st.qerr == nil {
-		st.qcond.Wait()
-	}
-	if st.qerr != nil {
-		err := st.qerr
-		st.qmu.Unlock()
-		return err
-	}
-	if len(st.queue) == 0 {
-		st.qmu.Unlock()
-		if !st.m.stream.ClientStreams && ss.nrecv == 0 {
-			return status.Error(codes.Internal, "cardinality violation: received no request message from non-client-streaming RPC")
-		}
-		return io.EOF
-	}
-	q := st.queue[0]
-	st.queue[0] = queued{}
-	st.queue = st.queue[1:]
-	st.queued -= int64(len(q.data)) + 5
-	var owed int64
-	if st.queued < int64(st.c.s.opts.InitialWindowSize) {
-		owed, st.deferred = st.deferred, 0
-	}
-	done := st.qend
-	st.qmu.Unlock()
-	if !done {
-		st.credit(owed)
-	}
-	ss.nrecv++
-	return st.unmarshal(q, m)
-}
-
-var _ grpc.ServerStream = (*serverStream)(nil)
-
-// field adds a header field to hbuf; requires wmu held.
-func (c *conn) field(name, value string) {
-	c.henc.WriteField(hpack.HeaderField{Name: name, Value: value})
-}
-
-// statusFields adds stat's grpc-status, grpc-message and details;
-// requires wmu held.
-func (c *conn) statusFields(stat *status.Status) {
-	c.field("grpc-status", strconv.Itoa(int(stat.Code())))
-	if msg := stat.Message(); msg != "" {
-		c.field("grpc-message", encodeGrpcMessage(msg))
-	}
-	if p := stat.Proto(); len(p.GetDetails()) > 0 {
-		if b, err := proto.Marshal(p); err == nil {
-			c.field("grpc-status-details-bin", base64.RawStdEncoding.EncodeToString(b))
-		}
-	}
-}
-
-// mdFields adds the metadata the call set, reserved names left out;
-// requires wmu held.
-func (c *conn) mdFields(md metadata.MD) {
-	for k, vs := range md {
-		if reserved(k) {
-			continue
-		}
-		for _, v := range vs {
-			if strings.HasSuffix(k, "-bin") {
-				v = base64.RawStdEncoding.EncodeToString([]byte(v))
-			}
-			c.field(k, v)
-		}
-	}
-}
-
-// writeBlock writes a header block, in CONTINUATION frames after the
-// first when it is larger than the client's frame size; requires wmu
-// held.
-func (c *conn) writeBlock(id uint32, block []byte, end bool) {
-	c.dirty = true
-	first := true
-	for first || len(block) > 0 {
-		n := min(len(block), c.peerFrame)
-		frag := block[:n]
-		block = block[n:]
-		if first {
-			c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0})
-			first = false
-		} else {
-			c.fr.WriteContinuation(id, len(block) == 0, frag)
-		}
-	}
-}
-
-func reserved(name string) bool {
-	if name == "" || name[0] == ':' {
-		return true
-	}
-	switch name {
-	case "content-type", "user-agent", "grpc-message-type", "grpc-encoding", "grpc-message", "grpc-status", "grpc-timeout", "grpc-status-details-bin", "te":
-		return true
-	}
-	return false
-}
-
-// contentSubtype reports the subtype of a gRPC content-type ("" for
-// "application/grpc", "proto" for "application/grpc+proto"), and whether
-// ct is one.
-func contentSubtype(ct string) (string, bool) {
-	const base = "application/grpc"
-	if !strings.HasPrefix(strings.ToLower(ct), base) {
-		return "", false
-	}
-	rest := ct[len(base):]
-	switch {
-	case rest == "":
-		return "", true
-	case rest[0] == '+' || rest[0] == ';':
-		return strings.ToLower(rest[1:]), true
-	}
-	return "", false
-}
-
-func contentType(subtype string) string {
-	if subtype == "" {
-		return "application/grpc"
-	}
-	return "application/grpc+" + subtype
-}
-
-func statusOf(err error) *status.Status {
-	if err == nil {
-		return status.New(codes.OK, "")
-	}
-	if s, ok := status.FromError(err); ok {
-		return s
-	}
-	return status.FromContextError(err)
-}
-
-// decodeTimeout reads a grpc-timeout value: up to 8 digits and a unit.
-func decodeTimeout(s string) (time.Duration, error) {
-	if len(s) < 2 || len(s) > 9 {
-		return 0, fmt.Errorf("%q: want 1 to 8 digits and a unit", s)
-	}
-	var unit time.Duration
-	switch s[len(s)-1] {
-	case 'H':
-		unit = time.Hour
-	case 'M':
-		unit = time.Minute
-	case 'S':
-		unit = time.Second
-	case 'm':
-		unit = time.Millisecond
-	case 'u':
-		unit = time.Microsecond
-	case 'n':
-		unit = time.Nanosecond
-	default:
-		return 0, fmt.Errorf("%q: unknown unit %q", s, s[len(s)-1:])
-	}
-	n, err := strconv.ParseUint(s[:len(s)-1], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q: %w", s, err)
-	}
-	if n > uint64(math.MaxInt64/unit) {
-		return math.MaxInt64, nil
-	}
-	return time.Duration(n) * unit, nil
-}
-
-func decodeBinHeader(v string) ([]byte, error) {
-	if len(v)%4 == 0 {
-		return base64.StdEncoding.DecodeString(v)
-	}
-	return base64.RawStdEncoding.DecodeString(v)
-}
-
-// encodeGrpcMessage percent-encodes a status message: bytes outside
-// printable ASCII, and '%'.
-func encodeGrpcMessage(msg string) string {
-	clean := true
-	for i := 0; i < len(msg); i++ {
-		if b := msg[i]; b < ' ' || b > '~' || b == '%' {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return msg
-	}
-	var sb strings.Builder
-	for i := 0; i < len(msg); i++ {
-		if b := msg[i]; b < ' ' || b > '~' || b == '%' {
-			fmt.Fprintf(&sb, "%%%02X", b)
-		} else {
-			sb.WriteByte(b)
-		}
-	}
-	return sb.String()
-}
-
-// buffers recycles answers' bytes.
-var buffers sync.Pool
-
-func getBuffer(n int) []byte {
-	if p, ok := buffers.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]byte, n, max(n, 512))
-}
-
-func putBuffer(b []byte) {
-	if cap(b) > 64<<10 {
-		return
-	}
-	buffers.Put(&b)
-}
-
-// queueRoom reports whether a streaming call's unread messages take less
-// than a window, so that received bytes may be credited at once.
-func (st *stream) queueRoom() bool {
-	st.qmu.Lock()
-	defer st.qmu.Unlock()
-	return st.queued < int64(st.c.s.opts.InitialWindowSize)
-}
