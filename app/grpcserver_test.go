@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +73,12 @@ func TestBothGRPCServersAnswerAlike(t *testing.T) {
 		if want := codes.InvalidArgument.String(); !strings.Contains(a[8], want) {
 			t.Errorf("the undecodable call: %s, want %s", a[8], want)
 		}
+	}
+}
+
+func TestAnUnknownGRPCServerIsRefused(t *testing.T) {
+	_, err := app.ParseServe([]string{"--grpc-server", "netty"}, func(string) string { return "" }, io.Discard)
+	if want := `--grpc-server: "netty" is not one of sluice, grpc-go`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an error containing %q", err, want)
 	}
 }

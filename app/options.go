@@ -656,6 +656,7 @@ func (o *Options) Validate() error {
 	oneOf("on-store-error", o.OnStoreError, "error", "allow", "deny", "local")
 	oneOf("redis-mode", o.Redis.Mode, "single", "cluster", "sentinel")
 	oneOf("redis-clock", o.Redis.Clock, "local", "server")
+	oneOf("grpc-server", o.GRPCServer, "sluice", "grpc-go")
 	if o.KVOverridesRefresh < 0 {
 		bad("kv-overrides-refresh", "%s is negative, want 0 (no refresh) or more", o.KVOverridesRefresh)
 	}
@@ -727,9 +728,6 @@ func (o *Options) Validate() error {
 	}
 	if o.GRPCMaxConcurrentStreams < 1 {
 		bad("grpc-max-concurrent-streams", "%d must be at least 1", o.GRPCMaxConcurrentStreams)
-	}
-	if o.GRPCServer != "sluice" && o.GRPCServer != "grpc-go" {
-		bad("grpc-server", "%q is neither sluice nor grpc-go", o.GRPCServer)
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)

@@ -95,7 +95,7 @@ type conn struct {
 	henc       *hpack.Encoder
 	hbuf       bytes.Buffer // henc's output
 	sendWindow int64        // the client's receive window for the connection
-	peerWindow int64        // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerWindow int64        // the client's SETTINGS_INITIAL_WINDOW_SIZE; written under mu too, so mu suffices to read it
 	peerFrame  int          // the client's SETTINGS_MAX_FRAME_SIZE
 	sentData   bool         // a header or data frame went out since the client's last ping
 	flushTimer *time.Timer  // flushes what finish left unflushed; nil until first needed
@@ -294,9 +294,9 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
 			// Every open stream's window moves by the difference.
+			c.mu.Lock()
 			d := int64(s.Val) - c.peerWindow
 			c.peerWindow = int64(s.Val)
-			c.mu.Lock()
 			for _, st := range c.streams {
 				st.sendWindow += d
 			}
@@ -333,10 +333,8 @@ func (c *conn) onPing(f *http2.PingFrame) error {
 	// headers or data since; the third strike ends the connection.
 	now := time.Now()
 	c.wmu.Lock()
-	sent := c.sentData
-	c.sentData = false
-	c.wmu.Unlock()
-	if sent {
+	defer c.wmu.Unlock()
+	if c.sentData {
 		c.pingStrikes = 0
 	} else if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.s.opts.KeepaliveMinTime {
 		c.pingStrikes++
@@ -344,19 +342,18 @@ func (c *conn) onPing(f *http2.PingFrame) error {
 			return connError{http2.ErrCodeEnhanceYourCalm, "too_many_pings"}
 		}
 	}
+	c.sentData = false
 	c.lastPing = now
-	c.wmu.Lock()
 	c.fr.WritePing(true, f.Data)
 	c.dirty = true
-	c.wmu.Unlock()
 	return nil
 }
 
 func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	inc := int64(f.Increment)
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	if f.StreamID == 0 {
+		defer c.wmu.Unlock()
 		if inc == 0 {
 			return protocolError("WINDOW_UPDATE of 0 for the connection")
 		}
@@ -370,15 +367,18 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
 	st := c.streams[f.StreamID]
 	c.mu.Unlock()
-	if st == nil {
-		return nil // a stream that ended
-	}
-	if inc == 0 || st.sendWindow+inc > maxStreamID {
+	switch {
+	case st == nil: // a stream that ended
+	case inc == 0 || st.sendWindow+inc > maxStreamID:
 		st.resetLocked(http2.ErrCodeFlowControl)
+		c.wmu.Unlock()
+		c.forget(st)
 		return nil
+	default:
+		st.sendWindow += inc
+		c.wcond.Broadcast()
 	}
-	st.sendWindow += inc
-	c.wcond.Broadcast()
+	c.wmu.Unlock()
 	return nil
 }
 

@@ -227,3 +227,26 @@ func TestAClientThatStopsReadingIsCutOff(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A WINDOW_UPDATE that overflows a stream's window resets that stream,
+// and the stream stops counting against the connection's cap.
+func TestAnOverflowingStreamWindowResetsTheStream(t *testing.T) {
+	s, _, _, addr := serve(t, Options{})
+	r := dialRaw(t, addr)
+	r.headers(1, "/test.Echo/Unary", false)
+	r.fr.WriteWindowUpdate(1, maxStreamID)
+	f := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeFlowControl {
+		t.Fatalf("got %v, want stream 1 reset with FLOW_CONTROL_ERROR", f)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.mu.Lock()
+		n := len(c.streams)
+		c.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%d streams still open after the reset", n)
+		}
+	}
+}

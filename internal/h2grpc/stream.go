@@ -45,14 +45,17 @@ type stream struct {
 	owed atomic.Int64
 
 	// reader
-	hdr        [5]byte // the gRPC prefix of the message being received
-	nhdr       int     // bytes of hdr received
-	msg        []byte  // the message being received, allocated to its length
-	msgLen     int
-	req        []byte // unary: the request message, once complete
-	reqZipped  bool
-	nreq       int  // unary: complete messages received
-	clientDone bool // the client's END_STREAM arrived (also written under wmu)
+	hdr       [5]byte // the gRPC prefix of the message being received
+	nhdr      int     // bytes of hdr received
+	msg       []byte  // the message being received, allocated to its length (cap)
+	req       []byte  // unary: the request message, once complete
+	reqZipped bool
+	nreq      int // unary: complete messages received
+
+	// clientDone is set by the reader when the client's END_STREAM
+	// arrives; writers read it to know whether to reset the stream after
+	// its trailers.
+	clientDone atomic.Bool
 
 	// streaming calls' received messages
 	qmu   sync.Mutex // protects the fields below
@@ -68,7 +71,6 @@ type stream struct {
 	sendWindow int64
 	headerSent bool
 	ended      bool // trailers or RST_STREAM went out, or the stream was aborted
-	sawEnd     bool // clientDone, as seen by writers
 	header     metadata.MD
 	trailer    metadata.MD
 }
@@ -211,22 +213,21 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	ctx = metadata.NewIncomingContext(ctx, md)
 	st.ctx = grpc.NewContextWithServerTransportStream(ctx, st)
-	st.clientDone, st.sawEnd = ended, ended
+	st.clientDone.Store(ended)
 	if m.stream != nil {
 		st.qcond = sync.NewCond(&st.qmu)
 		st.qend = ended
 		context.AfterFunc(st.ctx, st.wake)
 	}
 
-	c.wmu.Lock()
-	st.sendWindow = c.peerWindow
-	c.wmu.Unlock()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		st.cancel()
 		return nil
 	}
+	// Before the stream is published; from then on wmu guards it.
+	st.sendWindow = c.peerWindow
 	c.streams[id] = st
 	c.opened++
 	c.mu.Unlock()
@@ -300,7 +301,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		}
 		return nil // a stream that ended; its bytes were credited above
 	}
-	if st.clientDone {
+	if st.clientDone.Load() {
 		c.resetAndForget(st, http2.ErrCodeStreamClosed)
 		return nil
 	}
@@ -348,18 +349,17 @@ func (st *stream) take(data []byte) *status.Status {
 			if limit := st.c.s.opts.MaxRecvMsgSize; int64(size) > int64(limit) {
 				return status.Newf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, limit)
 			}
-			st.msgLen = int(size)
 			st.msg = make([]byte, 0, size)
 		} else {
-			k := min(len(data), st.msgLen-len(st.msg))
+			k := min(len(data), cap(st.msg)-len(st.msg))
 			st.msg = append(st.msg, data[:k]...)
 			data = data[k:]
 		}
-		if len(st.msg) == st.msgLen {
+		if len(st.msg) == cap(st.msg) {
 			if err := st.deliver(queued{data: st.msg, zipped: st.hdr[0]&1 == 1}); err != nil {
 				return err
 			}
-			st.msg, st.msgLen, st.nhdr = nil, 0, 0
+			st.msg, st.nhdr = nil, 0
 		}
 	}
 	return nil
@@ -389,13 +389,9 @@ func (st *stream) deliver(q queued) *status.Status {
 // endOfStream handles the client's END_STREAM: a unary call runs, a
 // streaming one reads io.EOF after its messages.
 func (c *conn) endOfStream(st *stream) {
-	if st.clientDone {
+	if st.clientDone.Swap(true) {
 		return
 	}
-	st.clientDone = true
-	c.wmu.Lock()
-	st.sawEnd = true
-	c.wmu.Unlock()
 	if st.nhdr > 0 {
 		st.fail(status.New(codes.Internal, io.ErrUnexpectedEOF.Error()))
 		return
@@ -451,27 +447,7 @@ func (st *stream) run() {
 		st.finish(status.Newf(codes.Internal, "grpc: error while marshaling: %v", err), nil)
 		return
 	}
-	if st.inline && !st.fits(len(msg)) {
-		// Only the reader goroutine, this one, can see the windows open:
-		// wait for them on another.
-		st.inline = false
-		go func() {
-			st.finish(nil, msg)
-			putBuffer(msg)
-		}()
-		return
-	}
 	st.finish(nil, msg)
-	putBuffer(msg)
-}
-
-// fits reports whether n bytes can go out on the stream without waiting
-// for the client's flow-control windows.
-func (st *stream) fits(n int) bool {
-	c := st.c
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return int64(n) <= st.sendWindow && int64(n) <= c.sendWindow
 }
 
 func (st *stream) runStream() {
@@ -551,9 +527,17 @@ func (st *stream) encode(v any) ([]byte, error) {
 
 // finish sends msg (when not nil: a message with its prefix, and the
 // status OK) or stat, with the headers when they have not gone out, and
-// ends the stream.
+// ends the stream. It takes msg, from getBuffer, and releases it.
 func (st *stream) finish(stat *status.Status, msg []byte) {
 	c := st.c
+	handedOff := false
+	if msg != nil {
+		defer func() {
+			if !handedOff {
+				putBuffer(msg)
+			}
+		}()
+	}
 	// others: calls of this connection still running will write their
 	// answers soon, and the last flushes them all.
 	others := false
@@ -573,6 +557,15 @@ func (st *stream) finish(stat *status.Status, msg []byte) {
 		st.resetLocked(http2.ErrCodeCancel)
 		c.unlockWrite()
 		c.forget(st)
+		return
+	}
+	if st.inline && msg != nil && (int64(len(msg)) > st.sendWindow || int64(len(msg)) > c.sendWindow) {
+		// Only the reader goroutine, this one, can see the windows open:
+		// wait for them on another.
+		st.inline = false
+		handedOff = true
+		c.wmu.Unlock()
+		go st.finish(stat, msg)
 		return
 	}
 	if msg != nil {
@@ -640,7 +633,7 @@ func (st *stream) writeTrailersLocked(stat *status.Status, md metadata.MD) {
 	}
 	c.mdFields(md)
 	c.writeBlock(st.id, c.hbuf.Bytes(), true)
-	if !st.sawEnd {
+	if !st.clientDone.Load() {
 		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
 	}
 }
@@ -706,14 +699,13 @@ func (st *stream) writeMsgLocked(msg []byte) error {
 		c.sendWindow -= int64(n)
 		msg = msg[n:]
 	}
-	c.sentData = true
 	return nil
 }
 
 // resetLocked resets the stream with code and aborts it; requires wmu
 // held. The caller forgets it after releasing wmu.
 func (st *stream) resetLocked(code http2.ErrCode) {
-	if !st.ended && st.c.werr == nil {
+	if !st.ended && !st.c.broken() {
 		st.c.fr.WriteRSTStream(st.id, code)
 		st.c.dirty = true
 	}
