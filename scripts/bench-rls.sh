@@ -29,7 +29,9 @@
 # REDIS_PORT (default 26379); BENCH_FLAGS (extra flags for `sluice bench`,
 # e.g. "--client grpc"); SERVER_ENV, VAR=value words set for every server
 # and only for them (e.g. "GOMAXPROCS=1" or "GOGC=400"; SLUICE_* variables
-# reach Sluice's servers anyway, e.g. SLUICE_GRPC_WORKERS=0);
+# reach Sluice's servers anyway, e.g. SLUICE_GRPC_WORKERS=0); LOAD_ENV, the
+# same for the load generator only (e.g. "GOGC=100": Go's default
+# collector, where `sluice bench` otherwise tunes its own as `serve` does);
 # SERVER_CPUS / LOAD_CPUS: when both are set (e.g.
 # SERVER_CPUS=1 LOAD_CPUS=0), every server runs pinned to SERVER_CPUS and
 # Redis and the load generator to LOAD_CPUS (taskset -c), so that the
@@ -49,6 +51,7 @@ DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-1}
 LOADS=${LOADS:-1/16 1/64 5/16 5/64}
 read -r -a server_env <<<"${SERVER_ENV:-}"
+read -r -a load_env <<<"${LOAD_ENV:-}"
 REDIS_PORT=${REDIS_PORT:-26379}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 server_pin=() load_pin=()
@@ -160,7 +163,7 @@ measure() { # name addr pid descriptors callers
   cpu0=$(cpu_ms "$pid")
   rcpu0=$(cpu_ms "$redis_pid")
   # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
-  line=$(${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" \
+  line=$(env ${load_env[@]+"${load_env[@]}"} ${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "$addr" --descriptors "$d" --concurrency "$c" \
     --duration "$DURATION" --warmup 0s $BENCH_FLAGS)
   after=$(commands)
   reads1=$(reads)
@@ -180,7 +183,7 @@ measure() { # name addr pid descriptors callers
 # A short unmeasured run per server first: connections, script loading,
 # and the Go runtime's warm-up.
 for i in "${!names[@]}"; do
-  ${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "${addrs[$i]}" --duration 1s --warmup 0s >/dev/null
+  env ${load_env[@]+"${load_env[@]}"} ${load_pin[@]+"${load_pin[@]}"} "$work/sluice" bench --addr "${addrs[$i]}" --duration 1s --warmup 0s >/dev/null
 done
 
 results="$work/results"

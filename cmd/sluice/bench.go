@@ -20,6 +20,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)
 		return 2
 	}
+	tuneGC(context.Background())
 	r, err := bench.Run(context.Background(), o)
 	if r.Calls > r.Errors { // a line of nothing but failures measures nothing
 		fmt.Fprintf(stdout, "addr=%s descriptors=%d concurrency=%d %s\n", o.Addr, o.Descriptors, o.Concurrency, r)

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/sluice-rl/sluice/app"
-	"github.com/sluice-rl/sluice/internal/gctune"
 )
 
 // serve runs the service until SIGINT or SIGTERM.
@@ -22,15 +20,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
 	}
-	if os.Getenv("GOGC") == "" {
-		// Per call the service allocates only small, short-lived objects,
-		// hundreds of megabytes a second under load, while its live heap is
-		// often a few megabytes: give the collector at least 64 MiB of
-		// headroom (GOGC up to 3200) and never less than GOGC=400, for
-		// fewer collections and half the p99 latency (BENCHMARKS.md). GOGC
-		// and GOMEMLIMIT in the environment take precedence.
-		go gctune.Tune(context.Background(), gctune.Options{Headroom: 64 << 20, MinPercent: 400, MaxPercent: 3200, Interval: time.Second})
-	}
+	tuneGC(context.Background())
 	log := app.NewLogger(o, stderr)
 	a, err := app.New(o, app.Deps{Logger: log})
 	if err != nil {
