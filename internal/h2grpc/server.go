@@ -91,8 +91,10 @@ type Options struct {
 	// after another, and writes the answers to the calls read together in
 	// one system call: for handlers that never block (a memory store), it
 	// saves a goroutine hand-off per call. A blocking handler holds up its
-	// connection's other calls. Streaming calls always run on goroutines
-	// of their own.
+	// connection's other calls, and must not wait on its context: while it
+	// runs the connection reads nothing, so neither the client's
+	// cancellation nor its hang-up reaches the context (a deadline does).
+	// Streaming calls always run on goroutines of their own.
 	Inline bool
 	// Logger reports connections that break on protocol errors, at debug
 	// level. Default: slog.Default().
