@@ -26,7 +26,9 @@
 #
 # Environment: DURATION (default 10s) and ROUNDS (default 1); LOADS, the
 # descriptors/callers pairs to run (default "1/16 1/64 5/16 5/64");
-# REDIS_PORT (default 26379); BENCH_FLAGS (extra flags for `sluice bench`,
+# REDIS_PORT (default 26379); CONFIG, the directory of rules every
+# server loads (default examples/config; its bench.yaml is the domain
+# `sluice bench` asks about, and envoyproxy/ratelimit's one file); BENCH_FLAGS (extra flags for `sluice bench`,
 # e.g. "--client grpc"); SERVER_ENV, VAR=value words set for every server
 # and only for them (e.g. "GOMAXPROCS=1" or "GOGC=400"; SLUICE_* variables
 # reach Sluice's servers anyway, e.g. SLUICE_GRPC_WORKERS=0); LOAD_ENV, the
@@ -54,6 +56,7 @@ read -r -a server_env <<<"${SERVER_ENV:-}"
 read -r -a load_env <<<"${LOAD_ENV:-}"
 REDIS_PORT=${REDIS_PORT:-26379}
 BENCH_FLAGS=${BENCH_FLAGS:-}
+CONFIG=${CONFIG:-examples/config}
 server_pin=() load_pin=()
 if [ -n "${SERVER_CPUS:-}" ] && [ -n "${LOAD_CPUS:-}" ]; then
   server_pin=(taskset -c "$SERVER_CPUS")
@@ -121,7 +124,7 @@ names=() addrs=() spids=()
 serve_sluice() { # name port [flags...]
   local name=$1 port=$2
   shift 2
-  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config examples/config --grpc-addr "127.0.0.1:$port" \
+  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice" serve --config "$CONFIG" --grpc-addr "127.0.0.1:$port" \
     --http-addr "127.0.0.1:$((port - 1))" --debug-addr off --log-level warn "$@" &
   pids+=($!)
   names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
@@ -133,7 +136,7 @@ serve_sluice "sluice redis" 48083 --store redis --redis-addr "127.0.0.1:$REDIS_P
 serve_sluice "sluice redis lua" 48085 --store redis --redis-addr "127.0.0.1:$REDIS_PORT" --redis-envoy-keys=false
 if [ -n "${BASE_BIN:-}" ]; then
   cp "$BASE_BIN" "$work/sluice-base"
-  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice-base" serve --config examples/config --grpc-addr 127.0.0.1:48087 \
+  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice-base" serve --config "$CONFIG" --grpc-addr 127.0.0.1:48087 \
     --http-addr 127.0.0.1:48086 --debug-addr off --log-level warn --store redis --redis-addr "127.0.0.1:$REDIS_PORT" &
   pids+=($!)
   names+=("sluice redis base") addrs+=("127.0.0.1:48087") spids+=($!)
@@ -144,7 +147,7 @@ if [ ${#cluster_addrs[@]} -gt 0 ]; then
 fi
 if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   mkdir -p "$work/runtime/ratelimit/config"
-  cp examples/config/bench.yaml "$work/runtime/ratelimit/config/"
+  cp "$CONFIG/bench.yaml" "$work/runtime/ratelimit/config/"
   USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
     RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
     PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
