@@ -10,7 +10,7 @@ BIN       ?= bin
 # IMAGE is the tag `make image` gives the container image.
 IMAGE     ?= sluice:latest
 
-.PHONY: all build image test unit fuzz vet fmt bench bench-peers proto
+.PHONY: all build image test unit fuzz vet fmt bench bench-peers bench-redis-clients proto
 
 all: build
 
@@ -72,6 +72,13 @@ bench:
 # on them); 1 and 2 cores, and the heap each keeps per live bucket.
 bench-peers:
 	cd bench/peers && $(GO) test -run=TestMemoryPerBucket -bench=. -benchmem -cpu 1,2 -v . | grep -E '^(Benchmark|memory per)'
+
+# The Redis client under Sluice's store beside go-redis and radix v4
+# (envoyproxy/ratelimit's), counting Envoy windows on a redis-server of
+# its own, in the module bench/redisclients; checks first that every
+# client counts the same window.
+bench-redis-clients:
+	cd bench/redisclients && $(GO) test -run=TestClientsCountTheSameWindow -bench=. -count 3 .
 
 # Regenerates the Go code of api/sluice/v1/*.proto (the key-value API,
 # its runtime overrides and the descriptor counters admin API)
