@@ -82,12 +82,7 @@ var clients = []client{
 		// connections per node).
 		name: "rueidis_defaults",
 		open: func(tb testing.TB, addr string) counter {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(c.Close)
-			return rueidisCounter(c)
+			return rueidisCounter(tb, rueidis.ClientOption{InitAddress: []string{addr}})
 		},
 	},
 	{
@@ -96,13 +91,7 @@ var clients = []client{
 		// store's own work costs is the difference to sluice_store.
 		name: "rueidis_as_sluice",
 		open: func(tb testing.TB, addr string) counter {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true,
-				PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(c.Close)
-			return rueidisCounter(c)
+			return rueidisCounter(tb, rueidis.ClientOption{InitAddress: []string{addr}, PipelineMultiplex: -1, MaxFlushDelay: 20 * time.Microsecond})
 		},
 	},
 	{
@@ -151,8 +140,15 @@ var clients = []client{
 	},
 }
 
-// rueidisCounter counts with c's auto-pipelined DoMulti.
-func rueidisCounter(c rueidis.Client) counter {
+// rueidisCounter opens a rueidis client with o (client-side caching off)
+// and counts with its auto-pipelined DoMulti.
+func rueidisCounter(tb testing.TB, o rueidis.ClientOption) counter {
+	o.DisableCache = true
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
 	return func(ctx context.Context, k string) (int64, error) {
 		key := windowKey(k)
 		rs := c.DoMulti(ctx,
