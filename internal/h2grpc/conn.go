@@ -112,7 +112,8 @@ type conn struct {
 	closeErr error
 
 	// reader
-	recvUnacked uint32 // connection-level bytes received and not yet re-credited
+	held        []*stream // unary calls ready for their batch (holdForBatch)
+	recvUnacked uint32    // connection-level bytes received and not yet re-credited
 	pingStrikes int
 	lastPing    time.Time
 }
@@ -210,7 +211,17 @@ func (s *Server) serveConn(nc net.Conn) {
 // serve reads and handles frames until the connection fails or closes,
 // and returns why.
 func (c *conn) serve() error {
+	defer func() {
+		if len(c.held) > 0 {
+			c.dispatchBatches()
+		}
+	}()
 	for {
+		if len(c.held) > 0 && !c.frameBuffered() {
+			// All the client has sent is read: the calls it completed
+			// go to their batches before the reader waits for more.
+			c.dispatchBatches()
+		}
 		if c.br.Buffered() == 0 {
 			// About to wait for the client: send what the frames read so
 			// far made us write (acknowledgements, window updates).
@@ -251,6 +262,24 @@ func (c *conn) serve() error {
 		}
 	}
 }
+
+// frameBuffered reports whether the reader holds a whole frame, which it
+// can read without waiting for the client.
+func (c *conn) frameBuffered() bool {
+	n := c.br.Buffered()
+	if n < frameHeaderLen {
+		return false
+	}
+	h, err := c.br.Peek(frameHeaderLen)
+	if err != nil {
+		return false
+	}
+	length := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+	return n >= frameHeaderLen+length
+}
+
+// frameHeaderLen is the length of an HTTP/2 frame's header.
+const frameHeaderLen = 9
 
 func (c *conn) handle(f http2.Frame) error {
 	switch f := f.(type) {

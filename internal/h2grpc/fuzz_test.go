@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // FuzzFrames feeds a connection whatever bytes follow the preface and
@@ -39,6 +40,7 @@ func FuzzFrames(f *testing.F) {
 		fr.WriteGoAway(1, http2.ErrCodeNo, nil)
 	}))
 	f.Add(byte(3), []byte("\x00\x00\x04\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00"))
+	f.Add(byte(8), call("/test.Echo/Unary", []byte{0x0a, 0x01, 'x'}, nil))
 	f.Fuzz(func(t *testing.T, mode byte, data []byte) {
 		s := NewServer(Options{Inline: mode&1 == 1, Workers: int(mode>>1) & 3, MaxConcurrentStreams: 8, MaxRecvMsgSize: 1 << 16})
 		e := newEcho()
@@ -50,6 +52,16 @@ func FuzzFrames(f *testing.F) {
 			close(e.release)
 		}
 		s.RegisterService(&echoDesc, e)
+		if mode&8 != 0 {
+			s.HandleBatch("/test.Echo/Unary", func(calls []Call) {
+				for i := range calls {
+					in := new(wrapperspb.BytesValue)
+					if calls[i].Err = calls[i].Decode(in); calls[i].Err == nil {
+						calls[i].Reply = in
+					}
+				}
+			})
+		}
 		client, server := net.Pipe()
 		done := make(chan struct{})
 		go func() { s.serveConn(server); close(done) }()

@@ -119,7 +119,7 @@ type Server struct {
 	opts   Options
 	unary  grpc.UnaryServerInterceptor  // the chain of opts.Unary, or nil
 	stream grpc.StreamServerInterceptor // the chain of opts.Stream, or nil
-	work   chan *stream                 // to the workers; nil without workers
+	work   chan job                     // to the workers; nil without workers
 	quit   chan struct{}                // closed by Stop and GracefulStop: workers end
 
 	methods map[string]*method // by path, "/package.Service/Method"; set before serving
@@ -138,6 +138,7 @@ type method struct {
 	name    string // "/package.Service/Method"
 	unary   grpc.MethodHandler
 	stream  *grpc.StreamDesc // set for streaming methods
+	batch   BatchHandler     // set by HandleBatch
 }
 
 // NewServer returns a server with opts; see Options for the defaults.
@@ -186,7 +187,7 @@ func NewServer(opts Options) *Server {
 	}
 	s.connsGone = sync.NewCond(&s.mu)
 	if opts.Workers > 0 {
-		s.work = make(chan *stream)
+		s.work = make(chan job)
 		for range opts.Workers {
 			go s.worker()
 		}
@@ -331,12 +332,18 @@ func (s *Server) untrack(c *conn) {
 	s.mu.Unlock()
 }
 
+// job is a worker's work: one call, or a batch of them.
+type job struct {
+	st *stream
+	b  *batch
+}
+
 // dispatch runs st's call on a free worker, or a goroutine of its own;
 // streaming calls, which may last, always on their own.
 func (s *Server) dispatch(st *stream) {
 	if s.work != nil && st.m.stream == nil {
 		select {
-		case s.work <- st:
+		case s.work <- job{st: st}:
 			return
 		default:
 		}
@@ -344,13 +351,29 @@ func (s *Server) dispatch(st *stream) {
 	go st.run()
 }
 
+// dispatchBatch runs b on a free worker, or a goroutine of its own.
+func (s *Server) dispatchBatch(b *batch) {
+	if s.work != nil {
+		select {
+		case s.work <- job{b: b}:
+			return
+		default:
+		}
+	}
+	go b.run()
+}
+
 // worker runs calls until the server stops. A long-lived goroutine keeps
 // the stack a call grew, which a new goroutine would grow again.
 func (s *Server) worker() {
 	for {
 		select {
-		case st := <-s.work:
-			st.run()
+		case j := <-s.work:
+			if j.b != nil {
+				j.b.run()
+			} else {
+				j.st.run()
+			}
 		case <-s.quit:
 			return
 		}

@@ -152,6 +152,13 @@ func serve(t *testing.T, opts Options) (*Server, *echo, *health.Server, string) 
 	s.RegisterService(&echoDesc, e)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
+	return s, e, hs, listenAndServe(t, s)
+}
+
+// listenAndServe serves s on a loopback port, which it returns, until the
+// test ends.
+func listenAndServe(t *testing.T, s *Server) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +171,7 @@ func serve(t *testing.T, opts Options) (*Server, *echo, *health.Server, string) 
 			t.Errorf("Serve returned %v, want ErrServerStopped", err)
 		}
 	})
-	return s, e, hs, l.Addr().String()
+	return l.Addr().String()
 }
 
 func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {

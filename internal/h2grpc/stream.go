@@ -36,6 +36,7 @@ type stream struct {
 	comp    encoding.Compressor // the request's grpc-encoding; nil: identity
 	inline  bool                // the call runs on the reader goroutine
 	counted bool                // the call counts in conn.running until it finishes
+	batched bool                // batch.run flushes the call's answer and forgets the stream
 
 	// inflight is the bytes the client sent on the stream that the server
 	// has not credited back yet: at most the stream's receive window.
@@ -412,6 +413,10 @@ func (c *conn) endOfStream(st *stream) {
 		st.run()
 		return
 	}
+	if st.m.batch != nil {
+		c.holdForBatch(st)
+		return
+	}
 	st.counted = true
 	c.running.Add(1)
 	c.s.dispatch(st)
@@ -584,6 +589,14 @@ func (st *stream) finish(stat *status.Status, msg []byte) {
 		// The reader flushes before it next waits for the client.
 		c.dirty = true
 		c.wmu.Unlock()
+	case st.batched:
+		// batch.run flushes the batch's answers together, and only then
+		// forgets its streams: a draining connection closes when its last
+		// stream is forgotten.
+		c.dirty = true
+		c.wmu.Unlock()
+		st.cancel()
+		return
 	case others:
 		// A timer flushes anyway if the others take long.
 		c.dirty = true
