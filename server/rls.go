@@ -197,6 +197,14 @@ const rlsMethod = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := s.opts.Clock.Now()
 	resp, err := s.shouldRateLimit(ctx, req)
+	s.finished(ctx, req, start, resp, err)
+	return resp, err
+}
+
+// finished records the outcome of req, begun at start: its duration and
+// code in the metrics, an internal error in the log and, when tracing, the
+// outcome on ctx's span.
+func (s *RLS) finished(ctx context.Context, req *rlsv3.RateLimitRequest, start time.Time, resp *rlsv3.RateLimitResponse, err error) {
 	code := codes.OK
 	if err != nil {
 		code = grpcCode(err)
@@ -216,18 +224,50 @@ func (s *RLS) serve(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.Ra
 				tracing.KeyGRPCStatus.Int(int(code)))
 		}
 	}
-	return resp, err
 }
 
 func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	if err := s.prepare(req, sc); err != nil {
+		return nil, err
+	}
+	var at time.Time // zero: the limiter's now
+	if s.opts.RequestLog != nil {
+		at = s.opts.Clock.Now()
+	}
+	if err := s.opts.Limiter.CountWithAt(ctx, &sc.count, at, sc.txns, sc.decisions); err != nil {
+		return nil, fmt.Errorf("count descriptors: %w", err)
+	}
+	return s.answer(req, sc, at), nil
+}
+
+// answer makes req's response from the decisions in sc, which prepare
+// filled and the limiter decided at at, and logs the request when asked
+// to.
+func (s *RLS) answer(req *rlsv3.RateLimitRequest, sc *scratch, at time.Time) *rlsv3.RateLimitResponse {
+	if s.opts.RequestLog != nil {
+		s.opts.RequestLog(at, req)
+	}
+	resp := s.respond(sc.checks, sc.rules, sc.keys, sc.decisions)
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, sc.checks)
+	}
+	return resp
+}
+
+// prepare checks req and fills sc with its descriptors' transactions, each
+// with its rule and stats key, and room for their decisions; an invalid
+// request is an Invalid error naming the field.
+func (s *RLS) prepare(req *rlsv3.RateLimitRequest, sc *scratch) error {
 	if req.GetDomain() == "" {
-		return nil, invalidRequest("domain", "rate limit domain must not be empty")
+		return invalidRequest("domain", "rate limit domain must not be empty")
 	}
 	if len(req.GetDescriptors()) == 0 {
-		return nil, invalidRequest("descriptors", "rate limit descriptor list must not be empty")
+		return invalidRequest("descriptors", "rate limit descriptor list must not be empty")
 	}
 	if err := s.checkCaps(req); err != nil {
-		return nil, err
+		return err
 	}
 	cfg := s.config.Load()
 	domain := req.GetDomain()
@@ -236,8 +276,6 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		s.opts.Metrics.stats.DomainNotFound(domain)
 	}
 
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
 	sc.checks = sized(sc.checks, len(req.Descriptors))
 	checks := sc.checks
 	replaced := map[string]bool(nil)
@@ -260,7 +298,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			c.hits = h.GetValue() // an explicit 0 peeks
 		}
 		if c.hits > math.MaxInt64 {
-			return nil, invalidRequest(fmt.Sprintf("descriptors[%d].hits_addend", i),
+			return invalidRequest(fmt.Sprintf("descriptors[%d].hits_addend", i),
 				"descriptor %d: hits_addend %d is too large, must be at most %d", i, c.hits, int64(math.MaxInt64))
 		}
 		c.negative = d.GetIsNegativeHits() && !s.opts.IgnoreNegativeHits
@@ -272,7 +310,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			// envoyproxy/ratelimit, for a known domain.
 			r, err := descriptors.Override(domain, c.entries, int32(o.GetUnit()), o.GetRequestsPerUnit(), o.GetUnitMultiplier().GetValue(), o.GetUnitMultiplier() != nil)
 			if err != nil {
-				return nil, invalidRequest(fmt.Sprintf("descriptors[%d].limit", i), "descriptor %d: %v", i, err)
+				return invalidRequest(fmt.Sprintf("descriptors[%d].limit", i), "descriptor %d: %v", i, err)
 			}
 			c.rule = r
 			continue
@@ -328,21 +366,7 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	sc.txns, sc.rules, sc.keys = txns, rules, keys
 	sc.decisions = sized(sc.decisions, len(txns))
-	var at time.Time // zero: the limiter's now
-	if s.opts.RequestLog != nil {
-		at = s.opts.Clock.Now()
-	}
-	if err := s.opts.Limiter.CountWithAt(ctx, &sc.count, at, txns, sc.decisions); err != nil {
-		return nil, fmt.Errorf("count descriptors: %w", err)
-	}
-	if s.opts.RequestLog != nil {
-		s.opts.RequestLog(at, req)
-	}
-	resp := s.respond(checks, rules, keys, sc.decisions)
-	if s.opts.DynamicMetadata {
-		resp.DynamicMetadata = dynamicMetadata(req, checks)
-	}
-	return resp, nil
+	return nil
 }
 
 // checkCaps refuses a request past the caps of RLSOptions, naming the cap
