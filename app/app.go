@@ -432,6 +432,9 @@ func (a *App) Start() error {
 		})
 	}
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
+	if hs, ok := a.grpcServer.(*h2grpc.Server); ok && a.opts.GRPCBatch && !isMemoryStore(a.store) && a.tracer == nil {
+		hs.HandleBatch(rlsShouldRateLimit, a.rlsBatch(codec))
+	}
 	admin, err := a.opts.kvAdmin()
 	if err != nil {
 		return err
@@ -781,6 +784,43 @@ const (
 
 // isMemoryStore reports whether st is the memory store itself (not a
 // wrapper around it), whose calls never block.
+// rlsShouldRateLimit is the full gRPC method of ShouldRateLimit.
+const rlsShouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// rlsBatch answers the ShouldRateLimit calls h2grpc read together with
+// one server.RLS.ShouldRateLimits: a request that does not decode fails
+// alone, with codec's InvalidArgument, as the unary path answers it.
+func (a *App) rlsBatch(codec *requestCodec) h2grpc.BatchHandler {
+	return func(calls []h2grpc.Call) {
+		batch := make([]server.RLSCall, 0, len(calls))
+		from := make([]int, 0, len(calls)) // the h2grpc call of each batch entry
+		for i := range calls {
+			req := new(rlsv3.RateLimitRequest)
+			err := calls[i].Decode(req)
+			if err == nil {
+				err = codec.check(req)
+			}
+			if err != nil {
+				calls[i].Err = err
+				continue
+			}
+			batch = append(batch, server.RLSCall{Ctx: calls[i].Context(), Req: req})
+			from = append(from, i)
+		}
+		if len(batch) > 0 {
+			a.rls.ShouldRateLimits(batch)
+		}
+		for j := range batch {
+			c := &calls[from[j]]
+			if batch[j].Err != nil {
+				c.Err = batch[j].Err
+			} else {
+				c.Reply = batch[j].Resp
+			}
+		}
+	}
+}
+
 func isMemoryStore(st store.Store) bool {
 	_, ok := st.(*memory.Store)
 	return ok

@@ -115,6 +115,13 @@ type Options struct {
 	// the stack copying a new goroutine pays on every call. 0: a new
 	// goroutine per call, grpc-go's default. Default 64.
 	GRPCWorkers int
+	// GRPCBatch has Sluice's gRPC server answer the Envoy calls that a
+	// connection sends together (read together) as one batch, counting
+	// all their descriptors in one store call: one Redis round trip for
+	// the batch (server.RLS.ShouldRateLimits). It applies to stores other
+	// than the memory store (whose calls run where they are read) with
+	// tracing off and --grpc-server sluice. Default true.
+	GRPCBatch bool
 	// GRPCServer chooses the gRPC server: "sluice" (package h2grpc, HTTP/2
 	// frames read and written directly, a fraction of grpc-go's CPU per
 	// call) or "grpc-go" (grpc-go's own server). Both serve the same
@@ -346,6 +353,7 @@ func Defaults() Options {
 		ReloadDelay:     250 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second,
 		GRPCWorkers:     64,
+		GRPCBatch:       true,
 		GRPCServer:      "sluice",
 
 		KVOverridesRefresh: 10 * time.Second,
@@ -449,6 +457,7 @@ flags:
 	durationVar(fs, &o.GRPCMaxConnectionAgeGrace, "grpc-max-connection-age-grace", o.GRPCMaxConnectionAgeGrace, "time given to a closing gRPC connection's calls (0: unbounded)")
 	fs.IntVar(&o.GRPCWorkers, "grpc-workers", o.GRPCWorkers, "goroutines kept to serve gRPC calls (0: one new goroutine per call)")
 	fs.StringVar(&o.GRPCServer, "grpc-server", o.GRPCServer, "gRPC server: sluice (its own HTTP/2 transport, cheaper per call) or grpc-go")
+	fs.BoolVar(&o.GRPCBatch, "grpc-batch", o.GRPCBatch, "count the Envoy calls a connection sends together in one store call (Sluice's gRPC server; stores other than memory; tracing off); false: one store call per call")
 	fs.IntVar(&o.MaxDescriptors, "max-descriptors", o.MaxDescriptors, "most descriptors in one Envoy request")
 	fs.BoolVar(&o.RequestLimits, "request-limits", o.RequestLimits, "honour a limit an Envoy request carries for a descriptor (false: count against the configured rules)")
 	fs.BoolVar(&o.RetryAfterHeader, "retry-after-header", o.RetryAfterHeader, "add retry-after (seconds until the first over-limit descriptor frees) to OVER_LIMIT answers' response headers")

@@ -20,19 +20,18 @@ type RLSCall struct {
 	Err  error
 }
 
-// ShouldRateLimits answers each call as ShouldRateLimit would, and counts
-// the descriptors of all of them in one limiter call: with Redis, one
-// round trip for the batch where each request would make its own. The
-// answers are those of the requests made one after another in the
-// batch's order (two requests counting the same window count in that
-// order), at one instant; a batch of more than limiter.MaxOpsPerCall
-// descriptors is counted in groups of whole requests side by side, as
-// concurrent requests are. An invalid request fails alone, and a store
-// that fails fails every valid request of the batch. No call's
-// cancellation cuts the count short for the others; it ends with the
-// latest of the calls' deadlines, when they all have one, or else with
-// the store's own timeout. With a Tracer the calls are answered one by
-// one, each with its span.
+// ShouldRateLimits answers each call as ShouldRateLimit would, counting
+// the descriptors of many requests in one limiter call: with Redis, one
+// round trip where each request would make its own. Requests that count
+// a window together (a busy key) go to different limiter calls, made side
+// by side, as concurrent requests are counted; so do requests past
+// limiter.MaxOpsPerCall descriptors in all. The answers are those of the
+// requests made in some order, at one instant. An invalid request fails
+// alone; a store that fails fails the requests counted in its call. No
+// call's cancellation cuts the counting short for the others: it ends
+// with the latest of the calls' deadlines, when they all have one, or
+// else with the store's own timeout. With a Tracer the calls are
+// answered one by one, each with its span.
 func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 	if len(calls) == 1 || s.opts.Tracer != nil {
 		for i := range calls {
@@ -48,30 +47,35 @@ func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 		c := &calls[i]
 		sc := scratchPool.Get().(*scratch)
 		b.scratches = append(b.scratches, sc)
+		b.group = append(b.group, -1)
 		if err := s.prepare(c.Req, sc); err != nil {
 			c.Err = err
 			continue
 		}
-		b.txns = append(b.txns, sc.txns...)
+		if len(sc.txns) > 0 {
+			b.group[i] = b.place(sc.txns)
+		}
 	}
-	b.decisions = sized(b.decisions, len(b.txns))
 	var at time.Time // zero: the limiter's now
-	if s.opts.RequestLog != nil {
+	if s.opts.RequestLog != nil || len(b.groups) > 1 {
 		at = s.opts.Clock.Now()
 	}
-	err := s.countBatch(calls, b, at)
-	off := 0
+	s.countGroups(calls, b, at)
 	for i := range calls {
 		c, sc := &calls[i], b.scratches[i]
 		if c.Err == nil {
-			n := len(sc.txns)
-			if err != nil {
-				c.Err = err
-			} else {
-				copy(sc.decisions, b.decisions[off:off+n])
+			if g := b.group[i]; g >= 0 {
+				grp := b.groups[g]
+				if grp.err != nil {
+					c.Err = grp.err
+				} else {
+					copy(sc.decisions, grp.decisions[grp.off:grp.off+len(sc.txns)])
+					grp.off += len(sc.txns)
+				}
+			}
+			if c.Err == nil {
 				c.Resp = s.answer(c.Req, sc, at)
 			}
-			off += n
 		}
 		s.finished(c.Ctx, c.Req, start, c.Resp, c.Err)
 		if c.Err != nil {
@@ -80,63 +84,58 @@ func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 	}
 }
 
-// countBatch counts b's transactions at at (zero: the limiter's now) in
-// one limiter call, or, past MaxOpsPerCall, in calls of whole requests
-// side by side.
-func (s *RLS) countBatch(calls []RLSCall, b *rlsBatch, at time.Time) error {
-	if len(b.txns) == 0 {
-		return nil
+// place adds a request's transactions to the first group that counts
+// none of their buckets yet (nor any later group counts them) and has
+// room, or to a new group, and returns the group.
+func (b *rlsBatch) place(txns []limiter.Transaction) int {
+	first := 0 // groups before this one count some of the request's buckets
+	for i := range txns {
+		first = max(first, b.seen[txns[i].Key])
+	}
+	g := first
+	for ; g < len(b.groups); g++ {
+		if n := len(b.groups[g].txns); n == 0 || n+len(txns) <= limiter.MaxOpsPerCall {
+			break
+		}
+	}
+	if g == len(b.groups) {
+		b.groups = append(b.groups, b.newGroup())
+	}
+	grp := b.groups[g]
+	grp.txns = append(grp.txns, txns...)
+	for i := range txns {
+		b.seen[txns[i].Key] = g + 1
+	}
+	return g
+}
+
+// countGroups counts each group's transactions at at (zero: the
+// limiter's now) in one limiter call, the groups side by side.
+func (s *RLS) countGroups(calls []RLSCall, b *rlsBatch, at time.Time) {
+	if len(b.groups) == 0 {
+		return
 	}
 	ctx, cancel := batchContext(calls)
 	defer cancel()
-	if len(b.txns) <= limiter.MaxOpsPerCall {
-		if err := s.opts.Limiter.CountWithAt(ctx, &b.count, at, b.txns, b.decisions); err != nil {
-			return fmt.Errorf("count descriptors: %w", err)
-		}
-		return nil
-	}
-	// A batch of large requests: each group of whole requests at most
-	// MaxOpsPerCall transactions (or one request), the groups at once,
-	// so that none waits for the others' round trips in turn.
-	if at.IsZero() {
-		at = s.opts.Clock.Now()
-	}
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	lo, hi := 0, 0
-	group := func(lo, hi int) {
-		defer wg.Done()
-		var sc limiter.Scratch
-		if err := s.opts.Limiter.CountWithAt(ctx, &sc, at, b.txns[lo:hi], b.decisions[lo:hi]); err != nil {
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = fmt.Errorf("count descriptors: %w", err)
-			}
-			mu.Unlock()
+	count := func(g *rlsGroup) {
+		g.decisions = sized(g.decisions, len(g.txns))
+		if err := s.opts.Limiter.CountWithAt(ctx, &g.count, at, g.txns, g.decisions); err != nil {
+			g.err = fmt.Errorf("count descriptors: %w", err)
 		}
 	}
-	for i := range calls {
-		if calls[i].Err != nil {
-			continue
-		}
-		n := len(b.scratches[i].txns)
-		if hi > lo && hi-lo+n > limiter.MaxOpsPerCall {
-			wg.Add(1)
-			go group(lo, hi)
-			lo = hi
-		}
-		hi += n
+	var wg sync.WaitGroup
+	for _, g := range b.groups[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			count(g)
+		}()
 	}
-	wg.Add(1)
-	group(lo, hi)
+	count(b.groups[0])
 	wg.Wait()
-	return firstErr
 }
 
-// batchContext is the context of a batch's limiter call: no call's
+// batchContext is the context of a batch's limiter calls: no call's
 // cancellation ends it, and it has the latest of the calls' deadlines
 // when every call has one.
 func batchContext(calls []RLSCall) (context.Context, context.CancelFunc) {
@@ -156,13 +155,32 @@ func batchContext(calls []RLSCall) (context.Context, context.CancelFunc) {
 
 // rlsBatch is a batch's working state, reused from batch to batch.
 type rlsBatch struct {
-	scratches []*scratch // one per call
+	scratches []*scratch     // one per call
+	group     []int          // each call's group; -1: none
+	groups    []*rlsGroup    // the limiter calls
+	seen      map[string]int // a bucket key → 1 + the last group counting it
+	spare     []*rlsGroup    // groups of earlier batches, for reuse
+}
+
+// rlsGroup is the transactions of one limiter call of a batch.
+type rlsGroup struct {
 	txns      []limiter.Transaction
 	decisions []limiter.Decision
 	count     limiter.Scratch
+	off       int // decisions handed out so far
+	err       error
 }
 
-var rlsBatchPool = sync.Pool{New: func() any { return new(rlsBatch) }}
+var rlsBatchPool = sync.Pool{New: func() any { return &rlsBatch{seen: map[string]int{}} }}
+
+func (b *rlsBatch) newGroup() *rlsGroup {
+	if n := len(b.spare); n > 0 {
+		g := b.spare[n-1]
+		b.spare = b.spare[:n-1]
+		return g
+	}
+	return new(rlsGroup)
+}
 
 // release returns the calls' scratches and b to their pools.
 func (b *rlsBatch) release() {
@@ -170,11 +188,21 @@ func (b *rlsBatch) release() {
 		sc.release()
 	}
 	clear(b.scratches)
-	if cap(b.txns) > 4*maxScratch {
-		return
+	clear(b.seen)
+	for _, g := range b.groups {
+		if cap(g.txns) > 4*maxScratch {
+			continue // an unusually large group: left to the collector
+		}
+		clear(g.txns)
+		clear(g.decisions)
+		g.txns, g.decisions, g.off, g.err = g.txns[:0], g.decisions[:0], 0, nil
+		b.spare = append(b.spare, g)
 	}
-	clear(b.txns)
-	clear(b.decisions)
-	b.scratches, b.txns, b.decisions = b.scratches[:0], b.txns[:0], b.decisions[:0]
+	clear(b.groups)
+	b.scratches, b.group, b.groups = b.scratches[:0], b.group[:0], b.groups[:0]
+	if len(b.spare) > 8 {
+		clear(b.spare[8:])
+		b.spare = b.spare[:8]
+	}
 	rlsBatchPool.Put(b)
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -59,12 +60,11 @@ func rlsRequest(domain string, hits uint32, kvs ...[2]string) *rlsv3.RateLimitRe
 	return req
 }
 
-// TestShouldRateLimitsAnswersAsOneByOne checks that a batch is answered
-// exactly as the same requests made one after another: windows shared by
-// requests of the batch counted in the batch's order, invalid requests
-// failing alone, unknown domains, unlimited descriptors, a request's own
-// hits, negative hits, and a batch large enough to be counted in several
-// groups.
+// TestShouldRateLimitsAnswersAsOneByOne checks that a batch whose
+// requests share no window is answered exactly as the same requests made
+// one after another: invalid requests failing alone, unknown domains,
+// unlimited descriptors, a request's own hits, negative hits, and a batch
+// large enough to be counted in several limiter calls.
 func TestShouldRateLimitsAnswersAsOneByOne(t *testing.T) {
 	// wide is a request of n+1 descriptors, all its own.
 	wide := func(user string, n int) *rlsv3.RateLimitRequest {
@@ -74,36 +74,31 @@ func TestShouldRateLimitsAnswersAsOneByOne(t *testing.T) {
 		}
 		return req
 	}
-	negative := rlsRequest("shop", 0, [2]string{"user", "ann"})
+	negative := rlsRequest("shop", 0, [2]string{"user", "eve"})
 	negative.Descriptors[0].HitsAddend = wrapperspb.UInt64(1)
 	negative.Descriptors[0].IsNegativeHits = true
 	batches := map[string][]*rlsv3.RateLimitRequest{
-		"shared windows and failures": {
+		"failures and answers": {
 			rlsRequest("shop", 0, [2]string{"user", "ann"}, [2]string{"path", "/a"}),
-			rlsRequest("shop", 2, [2]string{"user", "ann"}),
-			rlsRequest("", 0, [2]string{"user", "ann"}),
-			rlsRequest("shop", 0, [2]string{"user", "ann"}, [2]string{"free", "x"}),
+			rlsRequest("shop", 4, [2]string{"user", "bob"}),
+			rlsRequest("", 0, [2]string{"user", "cid"}),
+			rlsRequest("shop", 0, [2]string{"user", "dan"}, [2]string{"free", "x"}),
 			rlsRequest("nowhere", 0, [2]string{"user", "ann"}),
 			rlsRequest("shop", 0),
 			negative,
-			rlsRequest("shop", 0, [2]string{"user", "bob"}),
+			rlsRequest("shop", 2, [2]string{"user", "fay"}, [2]string{"user", "fay"}),
 		},
-		// More than limiter.MaxOpsPerCall transactions: counted in groups
-		// side by side, as concurrent requests (no window shared between
-		// them here, so any order answers alike).
-		"counted in groups": {wide("ann", 120), wide("bob", 120), wide("cid", 120), rlsRequest("shop", 0, [2]string{"user", "dan"})},
+		// More than limiter.MaxOpsPerCall transactions: counted in
+		// several limiter calls.
+		"counted in several calls": {wide("ann", 120), wide("bob", 120), wide("cid", 120), rlsRequest("shop", 0, [2]string{"user", "dan"})},
 	}
 	for name, reqs := range batches {
 		t.Run(name, func(t *testing.T) {
 			one, batch := batchRLS(t), batchRLS(t)
-			ctx := context.Background()
-			calls := make([]server.RLSCall, len(reqs))
-			for i, req := range reqs {
-				calls[i] = server.RLSCall{Ctx: ctx, Req: req}
-			}
+			calls := batchOf(reqs)
 			batch.ShouldRateLimits(calls)
 			for i, req := range reqs {
-				want, wantErr := one.ShouldRateLimit(ctx, req)
+				want, wantErr := one.ShouldRateLimit(context.Background(), req)
 				got, gotErr := calls[i].Resp, calls[i].Err
 				if status.Code(gotErr) != status.Code(wantErr) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
 					t.Errorf("request %d: error %v, want %v", i, gotErr, wantErr)
@@ -114,6 +109,52 @@ func TestShouldRateLimitsAnswersAsOneByOne(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShouldRateLimitsCountsABusyWindowExactly checks that requests of a
+// batch counting the same windows are each counted once, as concurrent
+// requests are: each window's answers, and the overall codes, are those
+// of the requests made one after another, in some order.
+func TestShouldRateLimitsCountsABusyWindowExactly(t *testing.T) {
+	var reqs []*rlsv3.RateLimitRequest
+	for i := range 6 {
+		reqs = append(reqs, rlsRequest("shop", 0, [2]string{"user", "ann"}, [2]string{"path", "/" + strconv.Itoa(i%2)}))
+	}
+	one, batch := batchRLS(t), batchRLS(t)
+	calls := batchOf(reqs)
+	batch.ShouldRateLimits(calls)
+	var got, want [3][]string // overall codes, then each descriptor's status
+	for i, req := range reqs {
+		w, err := one.ShouldRateLimit(context.Background(), req)
+		if err != nil || calls[i].Err != nil {
+			t.Fatalf("request %d: %v, %v", i, err, calls[i].Err)
+		}
+		for k, r := range map[int]*rlsv3.RateLimitResponse{0: w, 1: calls[i].Resp} {
+			sets := &want
+			if k == 1 {
+				sets = &got
+			}
+			sets[0] = append(sets[0], r.GetOverallCode().String())
+			for j, st := range r.GetStatuses() {
+				sets[1+j] = append(sets[1+j], fmt.Sprintf("%s/%d", st.GetCode(), st.GetLimitRemaining()))
+			}
+		}
+	}
+	for k := range got {
+		slices.Sort(got[k])
+		slices.Sort(want[k])
+		if !slices.Equal(got[k], want[k]) {
+			t.Errorf("answers (0: overall, 1: user, 2: path) %d: %v, want %v in some order", k, got[k], want[k])
+		}
+	}
+}
+
+func batchOf(reqs []*rlsv3.RateLimitRequest) []server.RLSCall {
+	calls := make([]server.RLSCall, len(reqs))
+	for i, req := range reqs {
+		calls[i] = server.RLSCall{Ctx: context.Background(), Req: req}
+	}
+	return calls
 }
 
 // TestShouldRateLimitsOutlivesACancelledCall checks that one call's
