@@ -54,6 +54,11 @@ func NewWithOptions(s store.Store, c clock.Clock, o Options) *Limiter {
 	return l
 }
 
+// StopsIncrementWhenOverLimit reports Options.StopIncrementWhenOverLimit:
+// whether a Count call's transactions are counted together, as one
+// request's, and so must not be merged with another request's.
+func (l *Limiter) StopsIncrementWhenOverLimit() bool { return l.stopIncrement }
+
 // overLimitCache remembers the buckets Count found over their limit, in a
 // fixed array of slots allocated once: its memory is the size it was given,
 // whatever the number of keys, and holds no pointer for the garbage

@@ -25,7 +25,10 @@ type RLSCall struct {
 // round trip where each request would make its own. Requests that count
 // a window together (a busy key) go to different limiter calls, made side
 // by side, as concurrent requests are counted; so do requests past
-// limiter.MaxOpsPerCall descriptors in all. The answers are those of the
+// limiter.MaxOpsPerCall descriptors in all, and every request when the
+// limiter stops counting a request's descriptors once one is over its
+// limit (limiter.Options.StopIncrementWhenOverLimit). The answers are
+// those of the
 // requests made in some order, at one instant. An invalid request fails
 // alone; a store that fails fails the requests counted in its call. No
 // call's cancellation cuts the counting short for the others: it ends
@@ -41,6 +44,9 @@ func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 		return
 	}
 	start := s.opts.Clock.Now()
+	// With StopIncrementWhenOverLimit one request's descriptors are
+	// counted together, apart from any other request's.
+	alone := s.opts.Limiter.StopsIncrementWhenOverLimit()
 	b := rlsBatchPool.Get().(*rlsBatch)
 	defer b.release()
 	for i := range calls {
@@ -53,7 +59,7 @@ func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 			continue
 		}
 		if len(sc.txns) > 0 {
-			b.group[i] = b.place(sc.txns)
+			b.group[i] = b.place(sc.txns, alone)
 		}
 	}
 	var at time.Time // zero: the limiter's now
@@ -86,9 +92,13 @@ func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 
 // place adds a request's transactions to the first group that counts
 // none of their buckets yet (nor any later group counts them) and has
-// room, or to a new group, and returns the group.
-func (b *rlsBatch) place(txns []limiter.Transaction) int {
+// room, or to a new group, and returns the group. alone: always a new
+// group.
+func (b *rlsBatch) place(txns []limiter.Transaction, alone bool) int {
 	first := 0 // groups before this one count some of the request's buckets
+	if alone {
+		first = len(b.groups)
+	}
 	for i := range txns {
 		first = max(first, b.seen[txns[i].Key])
 	}

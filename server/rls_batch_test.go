@@ -175,3 +175,50 @@ func TestShouldRateLimitsOutlivesACancelledCall(t *testing.T) {
 		t.Errorf("the cancelled call: %v", calls[0].Err)
 	}
 }
+
+// TestShouldRateLimitsKeepsStopIncrementPerRequest checks that with
+// StopIncrementWhenOverLimit one request's descriptor over its limit stops
+// the counting of that request's other descriptors only, not of the other
+// requests of its batch.
+func TestShouldRateLimitsKeepsStopIncrementPerRequest(t *testing.T) {
+	d, err := descriptors.Parse("shop.yaml", []byte(batchConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := descriptors.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRLS := func() *server.RLS {
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		rls := server.NewRLS(server.RLSOptions{
+			Limiter: limiter.NewWithOptions(memory.New(memory.Options{}), clk, limiter.Options{StopIncrementWhenOverLimit: true}),
+			Clock:   clk,
+		})
+		rls.SetConfig(cfg)
+		// ann at her limit of 3 a minute.
+		for range 3 {
+			if _, err := rls.ShouldRateLimit(context.Background(), rlsRequest("shop", 0, [2]string{"user", "ann"})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return rls
+	}
+	one, batch := newRLS(), newRLS()
+	reqs := []*rlsv3.RateLimitRequest{
+		rlsRequest("shop", 0, [2]string{"user", "ann"}, [2]string{"path", "/x"}), // over: /x not counted
+		rlsRequest("shop", 0, [2]string{"user", "bob"}, [2]string{"path", "/y"}), // counted
+		rlsRequest("shop", 0, [2]string{"user", "cid"}, [2]string{"path", "/z"}),
+	}
+	calls := batchOf(reqs)
+	batch.ShouldRateLimits(calls)
+	for i, req := range reqs {
+		want, err := one.ShouldRateLimit(context.Background(), req)
+		if err != nil || calls[i].Err != nil {
+			t.Fatalf("request %d: %v, %v", i, err, calls[i].Err)
+		}
+		if !proto.Equal(calls[i].Resp, want) {
+			t.Errorf("request %d: got\n%v\nwant\n%v", i, calls[i].Resp, want)
+		}
+	}
+}

@@ -8,10 +8,12 @@
 // (its loopyWriter), allocating about fifty objects on the way; this one
 // reads a call's frames on the connection's goroutine, runs the call on a
 // worker that also writes the answer, and lets the answers of calls that
-// finish together share one write system call. It serves any grpc-go
-// service (RegisterService takes the generated descriptors), unary and
-// streaming, with grpc-go's interceptors, codecs, metadata, peer,
-// deadlines, status details and its grpc.SetHeader family, over h2c or TLS.
+// finish together share one write system call; a method given a
+// BatchHandler (HandleBatch) has the calls read together answered by one
+// call of it. It serves any grpc-go service (RegisterService takes the
+// generated descriptors), unary and streaming, with grpc-go's
+// interceptors, codecs, metadata, peer, deadlines, status details and its
+// grpc.SetHeader family, over h2c or TLS.
 //
 // A compressed request is read with the compressor grpc-go's encoding
 // package has registered under its grpc-encoding, and answered compressed
