@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -135,20 +136,8 @@ func TestCallsSentTogetherShareARedisCall(t *testing.T) {
 			remaining = append(remaining, int(a.GetStatuses()[0].GetLimitRemaining()))
 		}
 		sort.Ints(remaining)
-		if want := []int{92, 93, 94, 95, 96, 97, 98, 99}; !equalInts(remaining, want) {
+		if want := []int{92, 93, 94, 95, 96, 97, 98, 99}; !slices.Equal(remaining, want) {
 			t.Errorf("--grpc-batch=%v: remaining %v, want each of %v once", batch, remaining, want)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -32,8 +32,8 @@ descriptors:
     rate_limit: {unlimited: true}
 `
 
-// batchRLS is an RLS on a memory store of its own, at a fixed instant.
-func batchRLS(t *testing.T) *server.RLS {
+// batchCfg is batchConfig, loaded.
+func batchCfg(t *testing.T) *descriptors.Config {
 	t.Helper()
 	d, err := descriptors.Parse("shop.yaml", []byte(batchConfig))
 	if err != nil {
@@ -43,6 +43,13 @@ func batchRLS(t *testing.T) *server.RLS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// batchRLS is an RLS on a memory store of its own, at a fixed instant.
+func batchRLS(t *testing.T) *server.RLS {
+	t.Helper()
+	cfg := batchCfg(t)
 	rls := server.NewRLS(server.RLSOptions{
 		Limiter:         limiter.New(memory.New(memory.Options{}), clock.NewFake(time.Unix(1_700_000_000, 0))),
 		Clock:           clock.NewFake(time.Unix(1_700_000_000, 0)),
@@ -181,14 +188,7 @@ func TestShouldRateLimitsOutlivesACancelledCall(t *testing.T) {
 // the counting of that request's other descriptors only, not of the other
 // requests of its batch.
 func TestShouldRateLimitsKeepsStopIncrementPerRequest(t *testing.T) {
-	d, err := descriptors.Parse("shop.yaml", []byte(batchConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := descriptors.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := batchCfg(t)
 	newRLS := func() *server.RLS {
 		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 		rls := server.NewRLS(server.RLSOptions{
