@@ -433,7 +433,7 @@ func (a *App) Start() error {
 	}
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	if hs, ok := a.grpcServer.(*h2grpc.Server); ok && a.opts.GRPCBatch && !isMemoryStore(a.store) && a.tracer == nil {
-		hs.HandleBatch(rlsShouldRateLimit, a.rlsBatch(codec))
+		hs.HandleBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, a.rlsBatch(codec))
 	}
 	admin, err := a.opts.kvAdmin()
 	if err != nil {
@@ -782,11 +782,6 @@ const (
 	grpcConnWindow = 1 << 24
 )
 
-// isMemoryStore reports whether st is the memory store itself (not a
-// wrapper around it), whose calls never block.
-// rlsShouldRateLimit is the full gRPC method of ShouldRateLimit.
-const rlsShouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-
 // rlsBatch answers the ShouldRateLimit calls h2grpc read together with
 // one server.RLS.ShouldRateLimits: a request that does not decode fails
 // alone, with codec's InvalidArgument, as the unary path answers it.
@@ -821,6 +816,8 @@ func (a *App) rlsBatch(codec *requestCodec) h2grpc.BatchHandler {
 	}
 }
 
+// isMemoryStore reports whether st is the memory store itself (not a
+// wrapper around it), whose calls never block.
 func isMemoryStore(st store.Store) bool {
 	_, ok := st.(*memory.Store)
 	return ok

@@ -28,13 +28,12 @@ type RLSCall struct {
 // limiter.MaxOpsPerCall descriptors in all, and every request when the
 // limiter stops counting a request's descriptors once one is over its
 // limit (limiter.Options.StopIncrementWhenOverLimit). The answers are
-// those of the
-// requests made in some order, at one instant. An invalid request fails
-// alone; a store that fails fails the requests counted in its call. No
-// call's cancellation cuts the counting short for the others: it ends
-// with the latest of the calls' deadlines, when they all have one, or
-// else with the store's own timeout. With a Tracer the calls are
-// answered one by one, each with its span.
+// those of the requests made in some order, at one instant. An invalid
+// request fails alone; a store that fails fails the requests counted in
+// its call. No call's cancellation cuts the counting short for the
+// others: it ends with the latest of the calls' deadlines, when they all
+// have one, or else with the store's own timeout. With a Tracer the calls
+// are answered one by one, each with its span.
 func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 	if len(calls) == 1 || s.opts.Tracer != nil {
 		for i := range calls {
