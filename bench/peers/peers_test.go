@@ -267,11 +267,13 @@ func BenchmarkCachedBuckets(b *testing.B) {
 // held around the line and the clock read (time.Now, or Sluice's
 // clock.Real), as every limiter here does for each decision, and last
 // with the line prefetched before the clock read, as Sluice's memory
-// store does. Its figures are the floor the peers' are measured against:
-// with a million buckets each decision is two memory accesses, the second
-// needing the first (with fresh keys, laid out in calling order, the
-// first is nearly free), and the clock read (an ordered TSC read) waits
-// for the loads before it.
+// store does; then, to tell the clock's cost from the lock's, the same
+// with no clock read, and with the processor's counter read without the
+// ordering the kernel's clock read has. Its figures are the floor the
+// peers' are measured against: with a million buckets each decision is
+// two memory accesses, the second needing the first (with fresh keys,
+// laid out in calling order, the first is nearly free), and the clock
+// read (an ordered TSC read) waits for the loads before it.
 func BenchmarkFloor(b *testing.B) {
 	seed := maphash.MakeSeed()
 	lines := make([][8]int64, 2*nKeys)
@@ -286,7 +288,7 @@ func BenchmarkFloor(b *testing.B) {
 			lines[(h>>8)&mask][0]++
 		}
 	})
-	decide := func(keys []string, now func() time.Time, early bool) func(*testing.B) {
+	decide := func(keys []string, now func() int64, early bool) func(*testing.B) {
 		return func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				h := maphash.String(seed, keys[i&(nKeys-1)])
@@ -294,7 +296,7 @@ func BenchmarkFloor(b *testing.B) {
 				if early {
 					prefetch(uintptr(unsafe.Pointer(l)))
 				}
-				now := now().UnixNano()
+				now := now()
 				mu := &locks[h&255]
 				mu.Lock()
 				if l[0] < now {
@@ -304,14 +306,28 @@ func BenchmarkFloor(b *testing.B) {
 			}
 		}
 	}
-	b.Run("hash+clock+lock+line", decide(keys, time.Now, false))
-	b.Run("hash+clock+lock+line-fresh-keys", decide(fresh, time.Now, false))
+	timeNow := func() int64 { return time.Now().UnixNano() }
+	b.Run("hash+clock+lock+line", decide(keys, timeNow, false))
+	b.Run("hash+clock+lock+line-fresh-keys", decide(fresh, timeNow, false))
 	// Sluice's clock.Real: one clock read instead of time.Now's two.
 	sluiceClock := clock.New()
-	b.Run("hash+sluice-clock+lock+line", decide(keys, sluiceClock.Now, false))
-	b.Run("hash+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceClock.Now, false))
+	sluiceNow := func() int64 { return clock.UnixNano(sluiceClock) }
+	b.Run("hash+sluice-clock+lock+line", decide(keys, sluiceNow, false))
+	b.Run("hash+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceNow, false))
 	// The line asked for before the clock read, as the memory store does:
 	// its load no longer waits for the ordered read to end.
-	b.Run("hash+prefetch+sluice-clock+lock+line", decide(keys, sluiceClock.Now, true))
-	b.Run("hash+prefetch+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceClock.Now, true))
+	b.Run("hash+prefetch+sluice-clock+lock+line", decide(keys, sluiceNow, true))
+	b.Run("hash+prefetch+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceNow, true))
+	// What the ordered clock read costs, against the lock: no clock at
+	// all (a count, so that the line is still written each time), and the
+	// processor's counter read without ordering (not a clock: its ticks
+	// are not nanoseconds).
+	var n int64
+	noClock := func() int64 { n++; return n }
+	b.Run("hash+prefetch+lock+line", decide(keys, noClock, true))
+	b.Run("hash+prefetch+lock+line-fresh-keys", decide(fresh, noClock, true))
+	if haveTicks {
+		b.Run("hash+prefetch+unordered-ticks+lock+line", decide(keys, ticks, true))
+		b.Run("hash+prefetch+unordered-ticks+lock+line-fresh-keys", decide(fresh, ticks, true))
+	}
 }

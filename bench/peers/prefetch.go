@@ -7,3 +7,12 @@ package peers
 //
 //go:noescape
 func prefetch(addr uintptr)
+
+// ticks reads the processor's cycle counter without ordering the read
+// after the instructions ahead of it (for the floor: a clock read that
+// does not wait on the line's load).
+//
+//go:noescape
+func ticks() int64
+
+const haveTicks = true
