@@ -46,6 +46,11 @@
 # below the ephemeral range, 32768, e.g. REDIS_PORT=16379; made with
 # redis-cli --cluster create) and adds "sluice redis cluster" (--redis-mode cluster) on it; the
 # Redis columns (redis_cpu, cmds, reads) always describe the single Redis.
+# REDIS_CPU_LIMIT (a fraction of one core, 0.1 to 1; needs root and a CPU
+# cgroup, v1 or v2) caps every redis-server started here, each in a cgroup
+# of its own, so that Redis, not the servers, is the bottleneck, as on a
+# deployment whose Redis is busy: e.g. REDIS_CLUSTER=1
+# REDIS_CPU_LIMIT=0.1 compares a Cluster's three capped masters with one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,18 +68,44 @@ if [ -n "${SERVER_CPUS:-}" ] && [ -n "${LOAD_CPUS:-}" ]; then
   load_pin=(taskset -c "$LOAD_CPUS")
 fi
 work=$(mktemp -d)
-pids=()
+pids=() cgroups=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  for g in "${cgroups[@]}"; do rmdir "$g" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+# cap_cpu pid name: with REDIS_CPU_LIMIT set, moves pid into a CPU cgroup
+# of its own allowed that fraction of one core (each Redis apart, as if on
+# machines of its own), in 10 ms periods.
+cap_cpu() {
+  [ -n "${REDIS_CPU_LIMIT:-}" ] || return 0
+  local dir quota
+  quota=$(awk -v f="$REDIS_CPU_LIMIT" 'BEGIN { q = int(f * 10000); if (q < 1000 || f > 1) exit 1; print q }') ||
+    { echo "bench-rls: REDIS_CPU_LIMIT=$REDIS_CPU_LIMIT: want a fraction of a core from 0.1 to 1" >&2; exit 1; }
+  if [ -w /sys/fs/cgroup/cpu ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    dir=/sys/fs/cgroup/cpu/sluice-bench-$$-$2
+    mkdir "$dir" && cgroups+=("$dir")
+    echo 10000 >"$dir/cpu.cfs_period_us"
+    echo "$quota" >"$dir/cpu.cfs_quota_us"
+  elif [ -w /sys/fs/cgroup ] && grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+    dir=/sys/fs/cgroup/sluice-bench-$$-$2
+    mkdir "$dir" && cgroups+=("$dir")
+    echo "$quota 10000" >"$dir/cpu.max"
+  else
+    echo "bench-rls: REDIS_CPU_LIMIT needs a writable CPU cgroup (v1 at /sys/fs/cgroup/cpu, or v2 with the cpu controller enabled)" >&2
+    exit 1
+  fi
+  echo "$1" >"$dir/cgroup.procs"
+}
 
 go build -o "$work/sluice" ./cmd/sluice
 ${load_pin[@]+"${load_pin[@]}"} redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
 redis_pid=$!
+cap_cpu "$redis_pid" redis
 until redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do sleep 0.1; done
 cluster_addrs=()
 if [ -n "${REDIS_CLUSTER:-}" ]; then
@@ -83,6 +114,7 @@ if [ -n "${REDIS_CLUSTER:-}" ]; then
     (cd "$work/cluster-$p" && exec ${load_pin[@]+"${load_pin[@]}"} redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
       --cluster-enabled yes --cluster-config-file nodes.conf >redis.log 2>&1) &
     pids+=($!)
+    cap_cpu "$!" "redis-$p"
     cluster_addrs+=("127.0.0.1:$p")
     until redis-cli -p "$p" ping >/dev/null 2>&1; do
       if ! kill -0 "$!" 2>/dev/null; then tail -3 "$work/cluster-$p/redis.log" >&2; exit 1; fi
