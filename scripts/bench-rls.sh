@@ -44,7 +44,8 @@
 # REDIS_CLUSTER=1 also starts a Redis Cluster of three masters (ports
 # REDIS_PORT+1 to +3, and +10001 to +10003 for the cluster bus: keep them
 # below the ephemeral range, 32768, e.g. REDIS_PORT=16379; made with
-# redis-cli --cluster create) and adds "sluice redis cluster" (--redis-mode cluster) on it; the
+# redis-cli --cluster create) and adds "sluice redis cluster" (--redis-mode cluster) on it, and
+# with ENVOY_RATELIMIT_BIN "envoyproxy/ratelimit cluster" (REDIS_TYPE=cluster); the
 # Redis columns (redis_cpu, cmds, reads) always describe the single Redis.
 # REDIS_CPU_LIMIT (a fraction of one core, 0.1 to 1; needs root and a CPU
 # cgroup, v1 or v2) caps every redis-server started here, each in a cgroup
@@ -186,6 +187,14 @@ if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   pids+=($!)
   names+=("envoyproxy/ratelimit") addrs+=("127.0.0.1:48091") spids+=($!)
   wait_port 48091 $!
+  if [ ${#cluster_addrs[@]} -gt 0 ]; then
+    USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_TYPE=cluster REDIS_URL="$(IFS=,; echo "${cluster_addrs[*]}")" \
+      RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+      PORT=48093 GRPC_PORT=48094 DEBUG_PORT=48095 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy-cluster.log" 2>&1 &
+    pids+=($!)
+    names+=("envoyproxy/ratelimit cluster") addrs+=("127.0.0.1:48094") spids+=($!)
+    wait_port 48094 $!
+  fi
 fi
 
 measure() { # name addr pid descriptors callers
@@ -232,7 +241,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "# medians of $ROUNDS round(s): calls/s p50 p99 server_cpu/call; and for Sluice the ratios to envoyproxy/ratelimit (calls/s, p99)"
+echo "# medians of $ROUNDS round(s): calls/s p50 p99 server_cpu/call; and for Sluice the ratios to envoyproxy/ratelimit, on the same Cluster for a Cluster (calls/s, p99)"
 awk '
   function ms(s) { # a Go duration as printed by sluice bench, in ms
     if (s ~ /ms$/) return substr(s, 1, length(s) - 2) + 0
@@ -256,10 +265,12 @@ awk '
   END {
     for (i = 1; i <= n; i++) {
       k = order[i]; split(k, p, SUBSEP)
-      e = "envoyproxy/ratelimit" SUBSEP p[2] SUBSEP p[3]
+      # a Cluster against envoyproxy/ratelimit on the same Cluster when it ran
+      against = p[1] ~ / cluster$/ ? "envoyproxy/ratelimit cluster" : "envoyproxy/ratelimit"
+      e = against SUBSEP p[2] SUBSEP p[3]
       ratio = ""
-      if ((e in seen) && p[1] != "envoyproxy/ratelimit")
-        ratio = sprintf("  vs envoyproxy: %.2fx calls/s, p99 %.2f", median(cps[k]) / median(cps[e]), median(p99[k]) / median(p99[e]))
+      if ((e in seen) && p[1] !~ /^envoyproxy/)
+        ratio = sprintf("  vs %s: %.2fx calls/s, p99 %.2f", against, median(cps[k]) / median(cps[e]), median(p99[k]) / median(p99[e]))
       printf "%-22s descriptors=%s concurrency=%-3s calls/s=%.0f p50=%.3fms p99=%.3fms server_cpu/call=%.1fus%s\n",
         p[1], p[2], p[3], median(cps[k]), median(p50[k]), median(p99[k]), median(scpu[k]), ratio
     }
