@@ -178,22 +178,24 @@ fi
 if [ ${#cluster_addrs[@]} -gt 0 ]; then
   serve_sluice "sluice redis cluster" 48089 --store redis --redis-mode cluster --redis-addr "$(IFS=,; echo "${cluster_addrs[*]}")"
 fi
+serve_envoy() { # name grpc-port [VAR=value...]: envoyproxy/ratelimit, its HTTP and debug ports the two below
+  local name=$1 port=$2
+  shift 2
+  env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp "$@" \
+    RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+    PORT=$((port - 1)) GRPC_PORT="$port" DEBUG_PORT=$((port + 1)) ${server_env[@]+"${server_env[@]}"} \
+    ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy-$port.log" 2>&1 &
+  pids+=($!)
+  names+=("$name") addrs+=("127.0.0.1:$port") spids+=($!)
+  wait_port "$port" $!
+}
+
 if [ -n "${ENVOY_RATELIMIT_BIN:-}" ]; then
   mkdir -p "$work/runtime/ratelimit/config"
   cp "$CONFIG/bench.yaml" "$work/runtime/ratelimit/config/"
-  USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
-    RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-    PORT=48090 GRPC_PORT=48091 DEBUG_PORT=48092 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy.log" 2>&1 &
-  pids+=($!)
-  names+=("envoyproxy/ratelimit") addrs+=("127.0.0.1:48091") spids+=($!)
-  wait_port 48091 $!
+  serve_envoy "envoyproxy/ratelimit" 48091 REDIS_URL="127.0.0.1:$REDIS_PORT"
   if [ ${#cluster_addrs[@]} -gt 0 ]; then
-    USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_TYPE=cluster REDIS_URL="$(IFS=,; echo "${cluster_addrs[*]}")" \
-      RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-      PORT=48093 GRPC_PORT=48094 DEBUG_PORT=48095 env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$ENVOY_RATELIMIT_BIN" >"$work/envoy-cluster.log" 2>&1 &
-    pids+=($!)
-    names+=("envoyproxy/ratelimit cluster") addrs+=("127.0.0.1:48094") spids+=($!)
-    wait_port 48094 $!
+    serve_envoy "envoyproxy/ratelimit cluster" 48094 REDIS_TYPE=cluster REDIS_URL="$(IFS=,; echo "${cluster_addrs[*]}")"
   fi
 fi
 
