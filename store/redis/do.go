@@ -263,6 +263,25 @@ func flag(b bool) string {
 	return "0"
 }
 
+// command builds the command name on key with args, marked read-only
+// (retried, and served by a replica where rueidis is told to) when
+// readOnly. rueidis's typed builders mark every key as one, working out
+// its Cluster slot (a CRC16 of the key); with one connection to a single
+// node nothing needs it (s.keyless), and the key goes as a plain argument.
+func (s *Store) command(readOnly bool, name, key string, args ...string) rueidis.Completed {
+	c := s.client.B().Arbitrary(name)
+	if s.keyless {
+		c = c.Args(key)
+	} else {
+		c = c.Keys(key)
+	}
+	c = c.Args(args...)
+	if readOnly {
+		return c.ReadOnly()
+	}
+	return c.Build()
+}
+
 // exec sends calls (as EVALSHA) and the Envoy-compatible commands for the
 // plain ops in one pipelined round trip per node, reloads the script where
 // a node answers NOSCRIPT, and writes the ops' Results into out.
@@ -276,14 +295,14 @@ func (s *Store) exec(ctx context.Context, now time.Time, ops []store.Op, calls [
 		op := &ops[i]
 		key := s.key(op, now)
 		if op.Kind == store.Check {
-			cmds = append(cmds, s.client.B().Get().Key(key).Build())
+			cmds = append(cmds, s.command(true, "GET", key))
 			continue
 		}
 		// envoyproxy/ratelimit's fixed cache: INCRBY key hits, EXPIRE key
 		// unitSeconds, pipelined.
 		cmds = append(cmds,
-			s.client.B().Incrby().Key(key).Increment(op.Cost).Build().ToRetryable(),
-			s.client.B().Expire().Key(key).Seconds(s.windowTTL(int64(op.Window.Length/time.Second))).Build().ToRetryable())
+			s.command(false, "INCRBY", key, strconv.FormatInt(op.Cost, 10)).ToRetryable(),
+			s.command(false, "EXPIRE", key, strconv.FormatInt(s.windowTTL(int64(op.Window.Length/time.Second)), 10)).ToRetryable())
 	}
 	var resps []rueidis.RedisResult
 	if len(cmds) == 1 {

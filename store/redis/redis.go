@@ -215,6 +215,10 @@ type Options struct {
 type Store struct {
 	client  rueidis.Client
 	cluster bool
+	// keyless: no command needs its key marked as one, which costs a CRC16
+	// of the key (rueidis routes a Cluster's commands by their keys' slots
+	// and spreads multiplexed connections' commands that have a key).
+	keyless bool
 	timeout time.Duration
 	prefix  string
 	// serverClock: scripts read Redis TIME.
@@ -346,6 +350,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	s := &Store{
 		client:        client,
 		cluster:       o.Mode == Cluster,
+		keyless:       o.Mode != Cluster && multiplex == -1,
 		timeout:       o.Timeout,
 		prefix:        o.KeyPrefix,
 		serverClock:   o.ClockServer,
