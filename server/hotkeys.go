@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/heap"
 	"sort"
 	"strings"
 	"sync"
@@ -28,14 +29,61 @@ type hotKeys struct {
 	seen atomic.Uint64 // descriptors seen, for sampling
 
 	mu    sync.Mutex // protects cur, prev, start
-	cur   map[string]*hotCount
-	prev  map[string]*hotCount
+	cur   *topK
+	prev  *topK
 	start time.Time // when cur began
 }
 
 // hotCount is one key's estimated hits; err bounds the overestimate the
 // space-saving algorithm adds when the key replaced another.
-type hotCount struct{ hits, over, err uint64 }
+type hotCount struct {
+	key             string
+	hits, over, err uint64
+}
+
+// topK is a space-saving top-k: at most hotKeysCap counts in a min-heap
+// by hits, so that the least counted key, which a new key replaces when
+// the heap is full, is at its root (one sift, not a scan of every key).
+type topK struct {
+	at     map[string]int // where each key's count is in counts
+	counts []hotCount
+}
+
+func newTopK() *topK { return &topK{at: map[string]int{}} }
+
+// add counts w hits, o of them over the limit, for key.
+func (t *topK) add(key string, w, o uint64) {
+	if i, ok := t.at[key]; ok {
+		t.counts[i].hits += w
+		t.counts[i].over += o
+		heap.Fix(t, i)
+		return
+	}
+	if len(t.counts) < hotKeysCap {
+		t.counts = append(t.counts, hotCount{key: key, hits: w, over: o})
+		t.at[key] = len(t.counts) - 1
+		heap.Fix(t, len(t.counts)-1)
+		return
+	}
+	// Space saving: the new key takes the least counted key's place and
+	// inherits its count as the possible overestimate.
+	least := t.counts[0]
+	delete(t.at, least.key)
+	t.counts[0] = hotCount{key: key, hits: least.hits + w, over: o, err: least.hits}
+	t.at[key] = 0
+	heap.Fix(t, 0)
+}
+
+// heap.Interface, for the heap package's sifting only: Push and Pop are
+// never called.
+func (t *topK) Len() int           { return len(t.counts) }
+func (t *topK) Less(i, j int) bool { return t.counts[i].hits < t.counts[j].hits }
+func (t *topK) Swap(i, j int) {
+	t.counts[i], t.counts[j] = t.counts[j], t.counts[i]
+	t.at[t.counts[i].key], t.at[t.counts[j].key] = i, j
+}
+func (t *topK) Push(any) { panic("server: topK.Push") }
+func (t *topK) Pop() any { panic("server: topK.Pop") }
 
 // HotKey is one of the hottest request keys in state.json: a domain and a
 // descriptor's entries, with estimated hits (a sample, scaled) and how
@@ -47,7 +95,7 @@ type HotKey struct {
 }
 
 func newHotKeys() *hotKeys {
-	return &hotKeys{cur: map[string]*hotCount{}, prev: map[string]*hotCount{}}
+	return &hotKeys{cur: newTopK(), prev: newTopK()}
 }
 
 // add counts c, over the limit when over, if it is sampled.
@@ -77,26 +125,7 @@ func (h *hotKeys) add(clk clock.Clock, c *check, over bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rotate(now)
-	if hc, ok := h.cur[key]; ok {
-		hc.hits += w
-		hc.over += o
-		return
-	}
-	if len(h.cur) < hotKeysCap {
-		h.cur[key] = &hotCount{hits: w, over: o}
-		return
-	}
-	// Space saving: the new key takes the least counted key's place and
-	// inherits its count as the possible overestimate.
-	var minKey string
-	var least *hotCount
-	for k, hc := range h.cur {
-		if least == nil || hc.hits < least.hits {
-			minKey, least = k, hc
-		}
-	}
-	delete(h.cur, minKey)
-	h.cur[key] = &hotCount{hits: least.hits + w, over: o, err: least.hits}
+	h.cur.add(key, w, o)
 }
 
 // rotate starts a new half when the current one is over. It requires h.mu
@@ -107,9 +136,9 @@ func (h *hotKeys) rotate(now time.Time) {
 	}
 	switch since := now.Sub(h.start); {
 	case since >= 2*hotKeysHalf:
-		h.prev, h.cur, h.start = map[string]*hotCount{}, map[string]*hotCount{}, now
+		h.prev, h.cur, h.start = newTopK(), newTopK(), now
 	case since >= hotKeysHalf:
-		h.prev, h.cur, h.start = h.cur, map[string]*hotCount{}, h.start.Add(hotKeysHalf)
+		h.prev, h.cur, h.start = h.cur, newTopK(), h.start.Add(hotKeysHalf)
 	}
 }
 
@@ -119,12 +148,12 @@ func (h *hotKeys) top(now time.Time) []HotKey {
 	h.mu.Lock()
 	h.rotate(now)
 	sum := map[string]*HotKey{}
-	for _, m := range []map[string]*hotCount{h.prev, h.cur} {
-		for k, hc := range m {
-			s := sum[k]
+	for _, t := range []*topK{h.prev, h.cur} {
+		for _, hc := range t.counts {
+			s := sum[hc.key]
 			if s == nil {
-				s = &HotKey{Key: k}
-				sum[k] = s
+				s = &HotKey{Key: hc.key}
+				sum[hc.key] = s
 			}
 			s.Hits += hc.hits
 			s.OverLimit += hc.over
