@@ -178,7 +178,7 @@ fi
 if [ ${#cluster_addrs[@]} -gt 0 ]; then
   serve_sluice "sluice redis cluster" 48089 --store redis --redis-mode cluster --redis-addr "$(IFS=,; echo "${cluster_addrs[*]}")"
 fi
-serve_envoy() { # name grpc-port [VAR=value...]: envoyproxy/ratelimit, its HTTP and debug ports the two below
+serve_envoy() { # name grpc-port [VAR=value...]: envoyproxy/ratelimit, its HTTP port grpc-port-1, its debug port grpc-port+1
   local name=$1 port=$2
   shift 2
   env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp "$@" \
