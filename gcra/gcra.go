@@ -155,6 +155,20 @@ func (l Limit) Params() Params {
 	return Params{Burst: l.Burst, EmissionInterval: e, BurstOffset: e * l.Burst}
 }
 
+// ValidParams returns l's Params and true when l is valid (Valid returns
+// nil), and false when it is not. It makes Valid's checks with the one
+// division Params needs, for the hot path; Valid says what is wrong.
+func (l Limit) ValidParams() (Params, bool) {
+	if l.Burst <= 0 || l.Count <= 0 || int64(l.Period) < l.Count {
+		return Params{}, false
+	}
+	e := int64(l.Period) / l.Count
+	if fillsTooSlowly(l.Burst, time.Duration(e)) {
+		return Params{}, false
+	}
+	return Params{Burst: l.Burst, EmissionInterval: e, BurstOffset: e * l.Burst}, true
+}
+
 // Raw is a decision in int64 nanoseconds, as the stores compute it.
 type Raw struct {
 	Allowed   bool

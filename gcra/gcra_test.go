@@ -2,6 +2,8 @@ package gcra_test
 
 import (
 	"errors"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -211,6 +213,47 @@ func TestValidation(t *testing.T) {
 		if err := twentyPerSecond.ValidCost(c); err != nil {
 			t.Errorf("ValidCost(%d): got %v, want nil", c, err)
 		}
+	}
+}
+
+// TestValidParamsAgreesWithValid checks ValidParams against Valid and
+// Params on limits at and around every boundary Valid checks, and on
+// random ones.
+func TestValidParamsAgreesWithValid(t *testing.T) {
+	t.Parallel()
+	edges := []int64{math.MinInt64, -1, 0, 1, 2, 3, 5, 9, 10, 11, 1000,
+		int64(gcra.MaxBurstOffset) - 1, int64(gcra.MaxBurstOffset), int64(gcra.MaxBurstOffset) + 1, math.MaxInt64}
+	var limits []gcra.Limit
+	for _, b := range edges {
+		for _, c := range edges {
+			for _, p := range edges {
+				limits = append(limits, gcra.Limit{Burst: b, Count: c, Period: time.Duration(p)})
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100_000 {
+		limits = append(limits, gcra.Limit{
+			Burst:  rng.Int64N(1<<40) - 10,
+			Count:  rng.Int64N(1<<20) - 10,
+			Period: time.Duration(rng.Int64N(1<<50) - 10),
+		})
+	}
+	valid := 0
+	for _, l := range limits {
+		p, ok := l.ValidParams()
+		if want := l.Valid() == nil; ok != want {
+			t.Fatalf("ValidParams(%+v): ok %v, Valid says %v", l, ok, l.Valid())
+		}
+		if ok {
+			valid++
+			if p != l.Params() {
+				t.Fatalf("ValidParams(%+v) = %+v, Params %+v", l, p, l.Params())
+			}
+		}
+	}
+	if valid == 0 || valid == len(limits) {
+		t.Fatalf("%d of %d limits valid: the cases do not cover both answers", valid, len(limits))
 	}
 }
 

@@ -155,9 +155,13 @@ type Limiter struct {
 	store store.Store
 	// oner is store when it answers single operations (store.Oner), for
 	// the single-transaction calls; nil when not, or when traced.
-	oner  store.Oner
-	clock clock.Clock
-	cache *overLimitCache // nil when off
+	oner store.Oner
+	// spender is store when it answers a single GCRA Spend or Check with
+	// no operation to build (store.Spender), for Spend and Check; nil when
+	// not, or when traced.
+	spender store.Spender
+	clock   clock.Clock
+	cache   *overLimitCache // nil when off
 	// stopIncrement: Options.StopIncrementWhenOverLimit.
 	stopIncrement bool
 }
@@ -166,7 +170,8 @@ type Limiter struct {
 // optional settings too.
 func New(s store.Store, c clock.Clock) *Limiter {
 	o, _ := s.(store.Oner)
-	return &Limiter{store: s, oner: o, clock: c}
+	sp, _ := s.(store.Spender)
+	return &Limiter{store: s, oner: o, spender: sp, clock: c}
 }
 
 // Ping reports whether the limiter's store answers.
@@ -175,13 +180,13 @@ func (l *Limiter) Ping(ctx context.Context) error { return l.store.Ping(ctx) }
 // Check reports whether txn would be allowed, spending nothing.
 func (l *Limiter) Check(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = CheckOnly
-	return l.one(ctx, txn)
+	return l.one(ctx, &txn)
 }
 
 // Spend checks txn and, if allowed, spends its cost.
 func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = CheckAndSpend
-	return l.one(ctx, txn)
+	return l.one(ctx, &txn)
 }
 
 // SpendFor spends cost from the bucket of id under the limit name in set:
@@ -209,7 +214,7 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 	} else {
 		txn.Key = string(key)
 	}
-	return l.one(ctx, txn)
+	return l.one(ctx, &txn)
 }
 
 // ResolveErr is the Invalid error for a failed limits.Set.Resolve: on
@@ -226,7 +231,7 @@ func ResolveErr(err error) error {
 // the burst remaining.
 func (l *Limiter) Reset(ctx context.Context, txn Transaction) (Decision, error) {
 	txn.Kind = ResetBucket
-	return l.one(ctx, txn)
+	return l.one(ctx, &txn)
 }
 
 // ResetAll makes the bucket of each transaction full again, up to MaxBatch
@@ -255,22 +260,33 @@ func (l *Limiter) ResetAll(ctx context.Context, txns ...Transaction) (Decision, 
 }
 
 // one answers a single key-value transaction with its own decision.
-func (l *Limiter) one(ctx context.Context, txn Transaction) (Decision, error) {
+func (l *Limiter) one(ctx context.Context, txn *Transaction) (Decision, error) {
+	if l.spender != nil && (txn.Kind == CheckAndSpend || txn.Kind == CheckOnly) && !txn.Disabled &&
+		txn.Window.Length == 0 && txn.Key != "" && txn.Cost >= 0 && txn.Cost <= txn.Limit.Burst {
+		// A GCRA spend or check, valid but for its limit, which
+		// ValidParams checks: the store answers it with nothing more to
+		// build or check. An invalid limit goes on to validOne, which
+		// says what is wrong.
+		if p, ok := txn.Limit.ValidParams(); ok {
+			r := l.spender.SpendGCRA(l.clock, txn.Key, p, txn.Cost, txn.Kind == CheckOnly)
+			return decision(&r, 0), nil
+		}
+	}
 	if l.oner != nil && !txn.Disabled {
 		// No batch to build: the store answers the one operation.
-		if err := validOne(&txn); err != nil {
+		if err := validOne(txn); err != nil {
 			return Decision{}, err
 		}
 		if l.cache != nil && txn.Kind == ResetBucket {
 			l.cache.forget(txn.Key)
 		}
-		r, err := l.oner.DoOne(ctx, l.clock, op(&txn))
+		r, err := l.oner.DoOne(ctx, l.clock, op(txn))
 		if err != nil {
 			return Decision{}, storeError("apply batch: ", err)
 		}
 		return decision(&r, 0), nil
 	}
-	txns := [1]Transaction{txn}
+	txns := [1]Transaction{*txn}
 	var each [1]Decision
 	if err := validate(txns[:], false); err != nil {
 		return Decision{}, err

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/store"
@@ -136,5 +138,81 @@ func TestSpendForAllocatesNothing(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s %s: %.1f allocations a decision, want 0", c[0], c[1], allocs)
 		}
+	}
+}
+
+// oneOnly hides a store's SpendGCRA: the limiter then takes DoOne.
+type oneOnly struct{ store.Oner }
+
+// TestSpendAndCheckAnswerAsEveryPath runs the same random Spend and Check
+// calls, valid and not (limits, costs, keys, disabled transactions and
+// fixed windows among them), on three limiters over the memory store: one
+// that the store answers through SpendGCRA, one through DoOne, one through
+// its batch path. Every decision, and every error's text and kind, must
+// be the same.
+func TestSpendAndCheckAnswerAsEveryPath(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fast := limiter.New(memory.New(memory.Options{}), clk)
+	paths := map[string]*limiter.Limiter{
+		"DoOne":      limiter.New(oneOnly{memory.New(memory.Options{})}, clk),
+		"batch path": limiter.New(batchOnly{memory.New(memory.Options{})}, clk),
+	}
+	limitsUsed := []gcra.Limit{
+		{Burst: 4, Count: 2, Period: time.Second},
+		{Burst: 2, Count: 1, Period: 200 * time.Millisecond},
+		{Burst: 0, Count: 1, Period: time.Second},            // invalid: no burst
+		{Burst: 3, Count: 10, Period: 5},                     // invalid: under 1ns a token
+		{Burst: 1 << 40, Count: 1, Period: time.Hour * 1000}, // invalid: too long to fill
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	ctx := context.Background()
+	var fastAllowed, fastDenied, fastInvalid int
+	for step := range 20_000 {
+		txn := limiter.Transaction{
+			Key:   fmt.Sprint("k", r.IntN(5)),
+			Limit: limitsUsed[r.IntN(len(limitsUsed))],
+			Cost:  int64(r.IntN(7)) - 1,
+			Name:  "SomeLimit",
+			ID:    "some-id",
+		}
+		switch r.IntN(12) {
+		case 0:
+			txn.Key = ""
+		case 1:
+			txn.Disabled = true
+		case 2:
+			txn.Window = limiter.Window{Limit: 3, Length: time.Second}
+		case 3:
+			txn.Name, txn.ID = "", ""
+		}
+		check := r.IntN(3) == 0
+		clk.Add(time.Duration(r.IntN(80)) * time.Millisecond)
+		do := func(l *limiter.Limiter) (limiter.Decision, error) {
+			if check {
+				return l.Check(ctx, txn)
+			}
+			return l.Spend(ctx, txn)
+		}
+		d, err := do(fast)
+		switch {
+		case err != nil:
+			fastInvalid++
+		case d.Allowed:
+			fastAllowed++
+		default:
+			fastDenied++
+		}
+		for name, l := range paths {
+			pd, perr := do(l)
+			if fmt.Sprint(err) != fmt.Sprint(perr) || limiter.KindOf(err) != limiter.KindOf(perr) {
+				t.Fatalf("step %d, %+v (check %v): error %v, %s's %v", step, txn, check, err, name, perr)
+			}
+			if d != pd {
+				t.Fatalf("step %d, %+v (check %v): decided %+v, %s %+v", step, txn, check, d, name, pd)
+			}
+		}
+	}
+	if fastAllowed < 1000 || fastDenied < 1000 || fastInvalid < 1000 {
+		t.Fatalf("%d allowed, %d denied, %d invalid: the calls do not cover every answer", fastAllowed, fastDenied, fastInvalid)
 	}
 }

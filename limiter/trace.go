@@ -14,7 +14,8 @@ import (
 // directly and pays nothing for tracing.
 func (l *Limiter) TraceStore(t *tracing.Tracer, backend string) {
 	l.store = &tracedStore{Store: l.store, t: t, backend: backend}
-	l.oner = nil // every round trip goes through Do, and its span
+	// Every round trip goes through Do, and its span.
+	l.oner, l.spender = nil, nil
 }
 
 // tracedStore is a store.Store with a span around each Do; Ping and Close

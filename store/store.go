@@ -152,6 +152,20 @@ type Oner interface {
 	DoOne(ctx context.Context, clk clock.Clock, op Op) (Result, error)
 }
 
+// Spender is a Store that also answers a single GCRA Spend or Check with
+// no operation to build or check: SpendGCRA(clk, key, p, cost, check)
+// answers as DoOne does for the Op{Key: key, Algorithm: GCRA, Kind: Spend
+// (Check when check), Limit: l, Cost: cost}, where p is l.Params(). The
+// caller MUST have checked what DoOne would: key not empty, l valid
+// (gcra.Limit.ValidParams gives p and says so) and cost between 0 and
+// l.Burst; the store checks nothing, so that the decision is the least
+// work it can be. It keeps no reference to key, as Oner. The limiter uses
+// it for Spend and Check when the store has it.
+type Spender interface {
+	Oner
+	SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) Result
+}
+
 // ErrUnavailable reports a backend that cannot be reached or did not answer
 // in time.
 var ErrUnavailable = errors.New("store unavailable")

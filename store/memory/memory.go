@@ -35,10 +35,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
 )
 
-var _ store.Oner = (*Store)(nil)
+var _ store.Spender = (*Store)(nil)
 
 // Options configure a Store. The zero value gives the defaults.
 type Options struct {
@@ -306,6 +307,40 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 		return store.Result{}, err
 	}
 	return s.oneIn(sh, h, clock.UnixNano(clk), &op), nil
+}
+
+// SpendGCRA answers a GCRA Spend or Check its caller has checked
+// (store.Spender) as DoOne answers the operation, with no Op to build or
+// check: what the limiter's Spend and Check cost over this store is this.
+// It is get, Op.Evaluate and do for that one kind of operation, written
+// out (TestSpendGCRAAnswersAsDoOne). As DoOne, it asks for the bucket's
+// slot before it reads the clock.
+func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) store.Result {
+	h, i := s.hash(key)
+	sh := &s.shards[i]
+	sh.prefetchSlot(h)
+	nowNs := clock.UnixNano(clk)
+	sh.mu.Lock()
+	tat := nowNs // a bucket missing, full again or a fixed window's
+	slot, ok := sh.tab.find(h, key)
+	if !ok {
+		slot = -1
+	} else if e := &sh.tab.slots[slot]; e.klen&windowBit == 0 && e.exp > nowNs {
+		tat = e.val
+	}
+	g := p.Spend(nowNs, tat, cost)
+	put := g.Allowed && !check && cost != 0
+	if put && slot < 0 {
+		slot = sh.put(h, key, nowNs)
+	}
+	if put && slot >= 0 {
+		// The bucket may be dropped once it is full again, past its TAT.
+		e := &sh.tab.slots[slot]
+		e.exp, e.val, e.count = g.TAT, g.TAT, 0
+		e.klen &^= windowBit
+	}
+	sh.mu.Unlock()
+	return store.Result{Allowed: g.Allowed, Remaining: g.Remaining, RetryIn: time.Duration(g.RetryIn), ResetIn: time.Duration(g.ResetIn), Applied: put}
 }
 
 // oneIn applies the valid op, whose hash is h, alone in its shard sh at

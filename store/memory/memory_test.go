@@ -189,6 +189,74 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 	}
 }
 
+// TestSpendGCRAAnswersAsDoOne runs the same random operations on two
+// stores, through DoOne on one, and on the other through SpendGCRA for
+// every GCRA spend and check (DoOne for the rest: refunds, resets, fixed
+// windows on the same keys), and checks that every answer is the same.
+// (The buckets held may differ, as in TestDoOneAnswersAsDo.)
+func TestSpendGCRAAnswersAsDoOne(t *testing.T) {
+	t.Parallel()
+	fast, one := memory.New(memory.Options{Shards: 2}), memory.New(memory.Options{Shards: 2})
+	r := rand.New(rand.NewPCG(5, 6))
+	clk := clock.NewFake(storetest.Base())
+	ctx := context.Background()
+	limits := []gcra.Limit{{Burst: 5, Count: 2, Period: time.Second}, {Burst: 3, Count: 1, Period: 300 * time.Millisecond}}
+	spent := 0
+	for step := range 20_000 {
+		op := store.Op{Key: fmt.Sprint("k", r.IntN(6)), Kind: store.Kind(1 + r.IntN(5)), Cost: int64(r.IntN(4))}
+		if r.IntN(4) == 0 {
+			op.Key += strings.Repeat("-long", 8)
+		}
+		if r.IntN(4) != 0 {
+			op.Algorithm, op.Limit = store.GCRA, limits[r.IntN(len(limits))]
+		} else {
+			op.Algorithm, op.Window = store.FixedWindow, store.Window{Limit: 4, Length: time.Second}
+		}
+		clk.Add(time.Duration(r.IntN(60)) * time.Millisecond)
+		want, err := one.DoOne(ctx, clk, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got store.Result
+		if op.Algorithm == store.GCRA && (op.Kind == store.Spend || op.Kind == store.Check) {
+			spent++
+			got = fast.SpendGCRA(clk, op.Key, op.Limit.Params(), op.Cost, op.Kind == store.Check)
+		} else if got, err = fast.DoOne(ctx, clk, op); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("step %d, %+v: got %+v, DoOne answered %+v", step, op, got, want)
+		}
+	}
+	if spent < 5000 {
+		t.Fatalf("only %d spends and checks", spent)
+	}
+}
+
+// TestSpendGCRAOnAFullStore checks that SpendGCRA, as DoOne, answers a
+// new bucket that does not fit as a fresh one, keeps no state for it and
+// counts it refused, while the live bucket keeps its own.
+func TestSpendGCRAOnAFullStore(t *testing.T) {
+	t.Parallel()
+	s := memory.New(memory.Options{Shards: 1, MaxEntries: 1})
+	clk := clock.NewFake(storetest.Base())
+	p := gcra.Limit{Burst: 5, Count: 1, Period: time.Minute}.Params()
+	if r := s.SpendGCRA(clk, "held", p, 2, false); !r.Allowed || r.Remaining != 3 || !r.Applied {
+		t.Fatalf("first spend: %+v", r)
+	}
+	for i := range 2 {
+		if r := s.SpendGCRA(clk, "new", p, 1, false); !r.Allowed || r.Remaining != 4 {
+			t.Fatalf("spend %d on a bucket that does not fit: %+v, want allowed with 4 remaining", i, r)
+		}
+	}
+	if r := s.SpendGCRA(clk, "held", p, 0, true); r.Remaining != 3 {
+		t.Fatalf("the held bucket: %+v, want 3 remaining", r)
+	}
+	if s.Len() != 1 || s.Refused() != 2 {
+		t.Fatalf("%d buckets held, %d refused; want 1 and 2", s.Len(), s.Refused())
+	}
+}
+
 // TestDoOneKeepsNoReferenceToTheKey passes keys whose bytes the caller
 // then overwrites, as store.Oner allows, and checks that the buckets are
 // found again under their keys, and only under them.
