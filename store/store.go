@@ -155,15 +155,20 @@ type Oner interface {
 // Spender is a Store that also answers a single GCRA Spend or Check with
 // no operation to build or check: SpendGCRA(clk, key, p, cost, check)
 // answers as DoOne does for the Op{Key: key, Algorithm: GCRA, Kind: Spend
-// (Check when check), Limit: l, Cost: cost}, where p is l.Params(). The
+// (Check when check), Limit: l, Cost: cost}, where p is l.Params(), and
+// returns its Result's Allowed, Remaining, RetryIn and ResetIn. The
 // caller MUST have checked what DoOne would: key not empty, l valid
 // (gcra.Limit.ValidParams gives p and says so) and cost between 0 and
 // l.Burst; the store checks nothing, so that the decision is the least
 // work it can be. It keeps no reference to key, as Oner. The limiter uses
 // it for Spend and Check when the store has it.
+//
+// It returns four values, not a Result: Go keeps a struct of more than
+// four fields in memory, and copying one through a call's results costs
+// the processor a store it cannot forward (see limiter's single).
 type Spender interface {
 	Oner
-	SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) Result
+	SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration)
 }
 
 // ErrUnavailable reports a backend that cannot be reached or did not answer

@@ -315,7 +315,7 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 // It is get, Op.Evaluate and do for that one kind of operation, written
 // out (TestSpendGCRAAnswersAsDoOne). As DoOne, it asks for the bucket's
 // slot before it reads the clock.
-func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) store.Result {
+func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
 	h, i := s.hash(key)
 	sh := &s.shards[i]
 	sh.prefetchSlot(h)
@@ -340,7 +340,7 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 		e.klen &^= windowBit
 	}
 	sh.mu.Unlock()
-	return store.Result{Allowed: g.Allowed, Remaining: g.Remaining, RetryIn: time.Duration(g.RetryIn), ResetIn: time.Duration(g.ResetIn), Applied: put}
+	return g.Allowed, g.Remaining, time.Duration(g.RetryIn), time.Duration(g.ResetIn)
 }
 
 // oneIn applies the valid op, whose hash is h, alone in its shard sh at
