@@ -229,6 +229,14 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 	if err != nil {
 		return Decision{}, ResolveErr(err)
 	}
+	if l.spender != nil && b.Enabled && len(key) > 0 && cost >= 0 && cost <= b.Limit.Burst {
+		// As single does for Spend, with the key's bytes in sc (see
+		// below: a store.Spender keeps no reference to the key either).
+		if p, ok := b.Limit.ValidParams(); ok {
+			allowed, remaining, retryIn, resetIn := l.spender.SpendGCRA(l.clock, unsafe.String(unsafe.SliceData(key), len(key)), p, cost, false)
+			return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
+		}
+	}
 	txn := Transaction{Limit: b.Limit, Disabled: !b.Enabled, Cost: cost, Kind: CheckAndSpend, Name: b.Name.Text, ID: id}
 	if l.oner != nil {
 		// The key's bytes stay in sc, unchanged, until this call returns;
@@ -238,7 +246,7 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 	} else {
 		txn.Key = string(key)
 	}
-	return l.single(ctx, txn.Key, txn, CheckAndSpend)
+	return l.one(ctx, &txn)
 }
 
 // ResolveErr is the Invalid error for a failed limits.Set.Resolve: on

@@ -62,21 +62,18 @@ func TestSpendForAnswersAsResolveAndSpend(t *testing.T) {
 			got, want := limiter.New(tc.s(), clk), limiter.New(memory.New(memory.Options{}), clk)
 			ctx := context.Background()
 			for round := range 7 {
-				for _, c := range calls {
-					d, err := got.SpendFor(ctx, set, c.name, c.id, 1)
-					if err != nil {
-						t.Fatal(err)
+				for i, c := range calls {
+					// Costs from -1 to 4, past some bursts: invalid ones
+					// must fail alike.
+					cost := int64((round+i)%6 - 1)
+					d, err := got.SpendFor(ctx, set, c.name, c.id, cost)
+					b, rerr := set.Resolve(c.name, c.id)
+					if rerr != nil {
+						t.Fatal(rerr)
 					}
-					b, err := set.Resolve(c.name, c.id)
-					if err != nil {
-						t.Fatal(err)
-					}
-					w, err := want.Spend(ctx, limiter.ForBucket(b, c.id, 1))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if d != w {
-						t.Fatalf("round %d, %s %q: SpendFor decided %+v, Resolve and Spend %+v", round, c.name, c.id, d, w)
+					w, werr := want.Spend(ctx, limiter.ForBucket(b, c.id, cost))
+					if fmt.Sprint(err) != fmt.Sprint(werr) || d != w {
+						t.Fatalf("round %d, %s %q, cost %d: SpendFor decided %+v, %v; Resolve and Spend %+v, %v", round, c.name, c.id, cost, d, err, w, werr)
 					}
 				}
 			}
