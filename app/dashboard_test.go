@@ -175,7 +175,12 @@ func TestDashboardStateJSONShowsRulesStoreAndConfig(t *testing.T) {
 func TestDashboardInHeadlessChromium(t *testing.T) {
 	chromium := chromiumPath(t)
 	a := startExamples(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Second)
+	// The whole test's bound: the browser's start, then the waits below
+	// (10 s for the row, 15 s for a rate, 3 s between two reads), with
+	// room to spare on a loaded 2-core CI machine. It was 28 s, the waits'
+	// sum with none for the start, and a fresh-clone CI run ran out of it
+	// during the last wait (2026-11-26).
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	load(ctx, t, a.GRPCAddr())
 
