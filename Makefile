@@ -35,6 +35,15 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	 if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@# limiter.Spend and Check must stay inlinable: otherwise every caller
+	@# copies its Transaction in moves the store buffer cannot forward, and
+	@# a decision over many buckets waits for the one before it
+	@# (BENCHMARKS.md, bbb1afc).
+	@out=$$($(GO) build -gcflags=-m ./limiter 2>&1); \
+	 for f in Spend Check; do \
+	   echo "$$out" | grep -qE "can inline \(\*Limiter\)\.$$f$$" || \
+	     { echo "limiter.$$f is no longer inlinable (go build -gcflags=-m=2 ./limiter says why)"; exit 1; }; \
+	 done
 
 unit:
 	$(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)

@@ -201,7 +201,8 @@ func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) 
 // processor cannot forward from its store buffer: the next decision's
 // key then waited for the previous decision's memory access to end, and
 // a decision over a million buckets took about 80 ns more
-// (BENCHMARKS.md).
+// (BENCHMARKS.md). make vet fails when Spend or Check is no longer
+// inlinable.
 func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind Kind) (Decision, error) {
 	if l.spender != nil && !txn.Disabled && txn.Window.Length == 0 && key != "" && txn.Cost >= 0 && txn.Cost <= txn.Limit.Burst {
 		if p, ok := txn.Limit.ValidParams(); ok {
