@@ -139,6 +139,9 @@ func unixNano(tat time.Time, now int64) int64 {
 // Params is a limit compiled for the hot path: the emission interval and
 // burst offset precomputed, everything in int64 nanoseconds. The zero value
 // is not useful; build one with Limit.Params. Safe for concurrent use.
+// Spend and Refund take an EmissionInterval below 1 ns (only a Params
+// built by hand has one) as 1 ns: their answers are then meaningless, but
+// they never divide by zero.
 type Params struct {
 	Burst            int64
 	EmissionInterval int64 // nanoseconds between tokens
@@ -181,6 +184,7 @@ type Raw struct {
 // Spend is Spend in nanoseconds: now and tat are Unix nanoseconds, and a tat
 // at or before now means a full bucket.
 func (p Params) Spend(now, tat, cost int64) Raw {
+	p.EmissionInterval = max(p.EmissionInterval, 1)
 	tatU := tat
 	if now > tatU {
 		tatU = now
@@ -229,6 +233,7 @@ func (p Params) Spend(now, tat, cost int64) Raw {
 
 // Refund is Refund in nanoseconds: a tat before now means a full bucket.
 func (p Params) Refund(now, tat, cost int64) Raw {
+	p.EmissionInterval = max(p.EmissionInterval, 1)
 	if now > tat {
 		// The TAT is in the past: the bucket is full, nothing to give back.
 		return Raw{Remaining: p.Burst, TAT: tat}

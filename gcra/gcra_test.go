@@ -349,3 +349,21 @@ func TestHugeCostsNeverOverflow(t *testing.T) {
 		})
 	}
 }
+
+// TestHandMadeParamsNeverDivideByZero: a Params not built by Limit.Params,
+// its emission interval zero or negative, is answered, not a panic.
+func TestHandMadeParamsNeverDivideByZero(t *testing.T) {
+	t.Parallel()
+	now := t0.UnixNano()
+	for _, p := range []gcra.Params{{}, {Burst: 5}, {Burst: 5, EmissionInterval: -3, BurstOffset: 10}} {
+		for _, cost := range []int64{-1, 0, 1, 6} {
+			for _, tat := range []int64{0, now - 1, now + 100} {
+				r := p.Spend(now, tat, cost)
+				g := p.Refund(now, tat, cost)
+				if r.TAT < 0 || g.TAT < 0 {
+					t.Fatalf("%+v, cost %d, tat %d: Spend %+v, Refund %+v", p, cost, tat, r, g)
+				}
+			}
+		}
+	}
+}
