@@ -233,6 +233,10 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 	if l.spender != nil && b.Enabled && len(key) > 0 && cost >= 0 && cost <= b.Limit.Burst {
 		// As single does for Spend, with the key's bytes in sc (see
 		// below: a store.Spender keeps no reference to the key either).
+		// Written out here and in single, not shared: a helper both
+		// call, one call more on the way to the store, took
+		// limiter.Spend with a million fresh keys on two cores from
+		// 124–143 to 144–161 ns (three alternated rounds).
 		if p, ok := b.Limit.ValidParams(); ok {
 			allowed, remaining, retryIn, resetIn := l.spender.SpendGCRA(l.clock, unsafe.String(unsafe.SliceData(key), len(key)), p, cost, false)
 			return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
