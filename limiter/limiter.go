@@ -234,9 +234,9 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 		// As single does for Spend, with the key's bytes in sc (see
 		// below: a store.Spender keeps no reference to the key either).
 		// Written out here and in single, not shared: a helper both
-		// call, one call more on the way to the store, took
-		// limiter.Spend with a million fresh keys on two cores from
-		// 124–143 to 144–161 ns (three alternated rounds).
+		// call, one call more on the way to the store, made
+		// limiter.Spend slower with a million fresh keys (BENCHMARKS.md,
+		// tried and not kept).
 		if p, ok := b.Limit.ValidParams(); ok {
 			allowed, remaining, retryIn, resetIn := l.spender.SpendGCRA(l.clock, unsafe.String(unsafe.SliceData(key), len(key)), p, cost, false)
 			return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil

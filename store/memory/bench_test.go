@@ -2,11 +2,16 @@ package memory_test
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/store/memory"
@@ -179,4 +184,44 @@ func BenchmarkSprayFullStore(b *testing.B) {
 			i = 256 * 256
 		}
 	}
+}
+
+// BenchmarkSpendGCRAKeyInBuffer is SpendGCRA over a million buckets, asked
+// for in a shuffled order, each call's key a string of its own laid out in
+// calling order (bench/peers's fresh keys): first the key as the caller
+// has it, then the same key copied into a reused buffer just before the
+// call, as limiter.SpendFor builds it. The difference is what hashing a
+// key written a moment before costs (BENCHMARKS.md, f295252).
+func BenchmarkSpendGCRAKeyInBuffer(b *testing.B) {
+	keys := slices.Clone(benchKeyList)
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	all := strings.Join(keys, "")
+	for i, off := 0, 0; i < len(keys); i++ {
+		n := len(keys[i])
+		keys[i], off = all[off:off+n], off+n
+	}
+	s := memory.New(memory.Options{})
+	clk := clock.New()
+	p := gcra.Limit{Burst: 100_000, Count: 1, Period: time.Hour}.Params()
+	for _, k := range keys {
+		s.SpendGCRA(clk, k, p, 1, false)
+	}
+	b.Run("caller's key", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if ok, _, _, _ := s.SpendGCRA(clk, keys[i%benchKeys], p, 1, false); !ok {
+				b.Fatal("denied")
+			}
+		}
+	})
+	b.Run("key copied into a buffer", func(b *testing.B) {
+		buf := make([]byte, 0, 64)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			buf = append(buf[:0], keys[i%benchKeys]...)
+			if ok, _, _, _ := s.SpendGCRA(clk, unsafe.String(unsafe.SliceData(buf), len(buf)), p, 1, false); !ok {
+				b.Fatal("denied")
+			}
+		}
+	})
 }

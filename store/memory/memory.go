@@ -313,8 +313,9 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 // (store.Spender) as DoOne answers the operation, with no Op to build or
 // check: what the limiter's Spend and Check cost over this store is this.
 // It is get, Op.Evaluate and do for that one kind of operation, written
-// out (TestSpendGCRAAnswersAsDoOne). As DoOne, it asks for the bucket's
-// slot before it reads the clock.
+// out (TestSpendGCRAAnswersAsDoOne): helpers shared with do and get, too
+// large to be inlined, made a decision in cache slower. As DoOne, it asks
+// for the bucket's slot before it reads the clock.
 func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
 	h, i := s.hash(key)
 	sh := &s.shards[i]
