@@ -330,23 +330,29 @@ func regIDRule(id string) string {
 // digits without a leading zero is its own natural form (every such number
 // fits in 64 bits) and is copied as it is, without parsing.
 func appendRegID(dst []byte, id string) ([]byte, string) {
-	if n := len(id); n > 0 && n <= 19 && id[0] != '0' {
-		digits := true
-		for i := 0; i < n; i++ {
-			if id[i] < '0' || id[i] > '9' {
-				digits = false
-				break
-			}
-		}
-		if digits {
-			return append(dst, id...), ""
-		}
+	if plainRegID(id) {
+		return append(dst, id...), ""
 	}
 	n, r := naturalRegID(id)
 	if r != "" {
 		return dst, r
 	}
 	return strconv.AppendUint(dst, n, 10), ""
+}
+
+// plainRegID reports whether id is an account id already in its natural
+// form, the key's text as it is: 1 to 19 decimal digits, the first not 0.
+func plainRegID(id string) bool {
+	n := len(id)
+	if n == 0 || n > 19 || id[0] == '0' {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		if id[i] < '0' || id[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // naturalRegID parses a natural account id: decimal digits only, leading

@@ -1,0 +1,75 @@
+// Package keybuf appends a short key to a buffer in one 16-byte store, so
+// that a hash of the key can read it back at once.
+//
+// Go's string hash (maphash, and the maps' own) reads a key of up to 16
+// bytes with one 16-byte load. A key just appended to a buffer was written
+// by several smaller stores (a prefix, then an id, each copied in its own
+// moves), and the processor cannot answer a load from several pending
+// stores: the load waits until they have reached the cache, which is after
+// every older instruction has finished, a cache miss of the previous
+// decision included. Written by one store of the same 16 bytes, the key
+// is forwarded to the hash from the store buffer, and the next decision's
+// lookup no longer waits for the last one's memory access (BENCHMARKS.md).
+package keybuf
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// Max is the longest key Append writes in one store.
+const Max = 16
+
+// Append appends a then b to dst, as append(append(dst, a...), b...)
+// does. When the two are at most Max bytes together and dst has room for
+// Max more bytes, it writes them in one 16-byte store; the bytes of dst's
+// spare capacity after the key are written back as they were.
+func Append(dst []byte, a, b string) []byte {
+	n, end := len(a)+len(b), len(dst)
+	if n > Max || cap(dst)-end < Max {
+		return append(append(dst, a...), b...)
+	}
+	alo, ahi := load(a)
+	blo, bhi := load(b)
+	// The key as one 128-bit little-endian value: a, then b shifted past
+	// it. Go's shifts by 64 or more give 0, which the cases rely on.
+	lo, hi := alo, ahi
+	if s := uint(len(a)) * 8; s < 64 {
+		lo |= blo << s
+		hi |= bhi<<s | blo>>(64-s)
+	} else {
+		hi |= blo << (s - 64)
+	}
+	// Keep what the spare capacity held past the key.
+	room := dst[end : end+Max]
+	old0 := binary.LittleEndian.Uint64(room)
+	old1 := binary.LittleEndian.Uint64(room[8:])
+	var m0, m1 uint64 = 1<<(8*uint(n)) - 1, 0
+	if n >= 8 {
+		m0, m1 = ^uint64(0), 1<<(8*uint(n-8))-1
+	}
+	store16(unsafe.SliceData(room), lo&m0|old0&^m0, hi&m1|old1&^m1)
+	return dst[:end+n]
+}
+
+// load returns s, at most 16 bytes, as a 128-bit little-endian value
+// (lo, hi), the bytes past s zero. It reads only s's own bytes.
+func load(s string) (lo, hi uint64) {
+	n := len(s)
+	if n == 0 {
+		return 0, 0
+	}
+	b := unsafe.Slice(unsafe.StringData(s), n)
+	switch {
+	case n >= 8:
+		// Two 8-byte reads, the second ending at s's end; its bytes past
+		// the first read's are the top n-8 of it.
+		lo = binary.LittleEndian.Uint64(b)
+		hi = binary.LittleEndian.Uint64(b[n-8:]) >> (8 * uint(16-n))
+	case n >= 4:
+		lo = uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<(8*uint(n-4))
+	default:
+		lo = uint64(b[0]) | uint64(b[n/2])<<(8*uint(n/2)) | uint64(b[n-1])<<(8*uint(n-1))
+	}
+	return lo, hi
+}

@@ -1,0 +1,58 @@
+package keybuf
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// TestAppendAsAppend compares Append with the two appends it stands for,
+// over every pair of lengths to past Max, with room and without, and
+// checks that the spare capacity past the key keeps its bytes.
+func TestAppendAsAppend(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	text := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return string(b)
+	}
+	for la := 0; la <= Max+2; la++ {
+		for lb := 0; lb <= Max+2; lb++ {
+			for _, pre := range []int{0, 1, 7} {
+				for _, room := range []int{0, Max - 1, Max, Max + 9} {
+					a, b := text(la), text(lb)
+					buf := []byte(text(pre + room))
+					dst := buf[: pre : pre+room]
+					want := append(append([]byte(nil), buf[:pre]...), a+b...)
+					spare := bytes.Clone(buf)
+					got := Append(dst, a, b)
+					if !bytes.Equal(got, want) {
+						t.Fatalf("Append(%d-byte dst, %d-byte a, %d-byte b) with %d bytes spare = %x, want %x", pre, la, lb, room, got, want)
+					}
+					if la+lb <= Max && room >= Max {
+						if unsafe.SliceData(got) != unsafe.SliceData(buf) {
+							t.Fatalf("lengths %d+%d: Append reallocated with room to spare", la, lb)
+						}
+						if past := pre + la + lb; !bytes.Equal(buf[past:], spare[past:]) {
+							t.Fatalf("lengths %d+%d, %d bytes before: spare capacity changed from %x to %x", la, lb, pre, spare[past:], buf[past:])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAppendAllocatesNothing: with room, Append writes in place.
+func TestAppendAllocatesNothing(t *testing.T) {
+	dst := make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { dst = Append(dst[:0], "12:", "123456789") }); n != 0 {
+		t.Fatalf("Append allocated %v times, want 0", n)
+	}
+	if string(dst) != "12:123456789" {
+		t.Fatalf("Append wrote %q", dst)
+	}
+}

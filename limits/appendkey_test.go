@@ -1,0 +1,96 @@
+package limits
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestAppendKeyAgreesWithAppendResolve: AppendKey's key, limit, enabled
+// flag and error are AppendResolve's, for every name a Set knows and
+// unknown ones, natural and unnatural ids of every format, overrides
+// from the file and at runtime, and buffers with and without room.
+func TestAppendKeyAgreesWithAppendResolve(t *testing.T) {
+	base := testSet(t)
+	rt, err := base.RuntimeOverride(RuntimeSpec{Name: NewOrdersPerAccount, ID: "99", Burst: ptr(int64(7)), Count: ptr(int64(7)), Period: "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := map[string]*Set{"nil": nil, "file": base, "runtime": base.WithRuntime(map[string]Override{rt.Key: rt})}
+	r := rand.New(rand.NewPCG(3, 4))
+	ids := []string{"1", "99", "12345678", "0", "007", "12x", "", " 1", "1234567890123456789", "12345678901234567890",
+		"18446744073709551615", strings.Repeat("9", 2000), "10.0.0.2", "2001:db8::1", "2001:db8:1::/48", "42",
+		"42:www.example.com", "7:www.example.com", "www.example.com", "example.co.uk", "a.example.com,b.example.com"}
+	for n := 1; n <= 22; n++ {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('0' + r.IntN(10))
+		}
+		ids = append(ids, string(b))
+	}
+	for setName, s := range sets {
+		names := []string{"NoSuchName", "", "PerAccount"}
+		for _, n := range s.Names() {
+			names = append(names, n.Text)
+		}
+		for _, name := range names {
+			for _, id := range ids {
+				for _, dst := range [][]byte{nil, append(make([]byte, 0, 64), "ab"...)} {
+					var b Bucket
+					wantKey, wantErr := s.AppendResolve(bytes.Clone(dst), name, id, &b)
+					gotKey, limit, enabled, gotErr := s.AppendKey(bytes.Clone(dst), name, id)
+					what := fmt.Sprintf("%s set, %s %.30q, %d bytes before", setName, name, id, len(dst))
+					if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+						t.Fatalf("%s: AppendKey error %v, AppendResolve's %v", what, gotErr, wantErr)
+					}
+					if wantErr != nil {
+						continue
+					}
+					if !bytes.Equal(gotKey, wantKey) || limit != b.Limit || enabled != b.Enabled {
+						t.Fatalf("%s: AppendKey gave %q %+v %v, AppendResolve %q %+v %v", what, gotKey, limit, enabled, wantKey, b.Limit, b.Enabled)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestEveryNameFindsItsEntry: with more names than Set.fast has slots,
+// so that some share one, each name is found on its own entry.
+func TestEveryNameFindsItsEntry(t *testing.T) {
+	var defaults strings.Builder
+	for i := range 3 * nameSlots {
+		fmt.Fprintf(&defaults, "Thing%dPerAccount: {burst: %d, count: 1, period: 1h}\n", i, i+1)
+	}
+	d, err := ParseDefaults("defaults.yaml", []byte(defaults.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := 0
+	for _, n := range s.Names() {
+		if e := s.entry(n.Text); e != s.names[n.Text] {
+			t.Fatalf("entry(%q) is the entry of %q", n.Text, e.name.Text)
+		}
+		// A copy of the text, not the same string, is found as well.
+		if e := s.entry(strings.Clone(n.Text)); e != s.names[n.Text] {
+			t.Fatalf("entry of a copy of %q is the entry of %q", n.Text, e.name.Text)
+		}
+		if s.fast[nameSlot(n.Text)] != s.names[n.Text] {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Fatalf("no two of %d names share a slot: the map is not exercised", len(s.Names()))
+	}
+	if e := s.entry("Thing0PerAccountX"); e != nil {
+		t.Fatalf("an unknown name found the entry of %q", e.name.Text)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
