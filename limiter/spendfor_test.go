@@ -17,6 +17,10 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
+// notMemory is the memory store under another type: SpendFor then takes
+// the path of any store.Spender, not its direct call.
+type notMemory struct{ *memory.Store }
+
 // batchOnly hides a store's DoOne: the limiter then takes its batch path.
 type batchOnly struct{ store.Store }
 
@@ -55,6 +59,7 @@ func TestSpendForAnswersAsResolveAndSpend(t *testing.T) {
 		s    func() store.Store
 	}{
 		{"memory", func() store.Store { return memory.New(memory.Options{}) }},
+		{"spender, not the memory store", func() store.Store { return notMemory{memory.New(memory.Options{})} }},
 		{"batch path", func() store.Store { return batchOnly{memory.New(memory.Options{})} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

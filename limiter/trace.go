@@ -15,7 +15,7 @@ import (
 func (l *Limiter) TraceStore(t *tracing.Tracer, backend string) {
 	l.store = &tracedStore{Store: l.store, t: t, backend: backend}
 	// Every round trip goes through Do, and its span.
-	l.oner, l.spender = nil, nil
+	l.oner, l.spender, l.mem = nil, nil, nil
 }
 
 // tracedStore is a store.Store with a span around each Do; Ping and Close
