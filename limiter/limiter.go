@@ -230,13 +230,15 @@ func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind 
 // no call through an interface, which would make the key escape. With a
 // million buckets that brevity is most of the speed: a decision's memory
 // accesses overlap with the next decision's only while the work between
-// them is short. About 270 instructions (19 ns of work) more between two
-// decisions of Spend cost it some 85 ns with fresh keys
-// (BenchmarkSpendWithWork in bench/peers, BENCHMARKS.md).
+// them is short. About 270 instructions (about 20 ns of work) more
+// between two decisions of Spend cost it 80 ns or more with a million
+// buckets (BenchmarkSpendWithWork in bench/peers, BENCHMARKS.md).
 func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string, cost int64) (Decision, error) {
 	if l.mem != nil {
-		// The key is not kept: the store copies what it keeps.
-		var buf [32]byte
+		// The key is not kept: the store copies what it keeps. 64 bytes
+		// hold every key but those built from a domain name (an IPv6
+		// address's is at most 45 bytes and its name's prefix).
+		var buf [64]byte
 		key, limit, enabled, err := set.AppendKey(buf[:0], name, id)
 		if err == nil && enabled && len(key) > 0 && cost >= 0 && cost <= limit.Burst {
 			// As single does for Spend (written out: see spendFor).

@@ -109,7 +109,7 @@ func TestSpendForRefusesBadNamesAndIDs(t *testing.T) {
 
 // TestSpendForAllocatesNothing checks the README's library path allocates
 // nothing per decision over the memory store, for an account id, an IPv4
-// address and an IPv6 range.
+// address, an IPv6 range and the longest IPv6 address.
 func TestSpendForAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items on purpose")
@@ -131,6 +131,8 @@ func TestSpendForAllocatesNothing(t *testing.T) {
 		{limits.NewOrdersPerAccount, "12345678"},
 		{limits.NewRegistrationsPerIPAddress, "203.0.113.9"},
 		{limits.NewRegistrationsPerIPv6Range, "2001:db8:1234::1"},
+		// The longest key of these: 2 + 45 bytes.
+		{limits.NewRegistrationsPerIPAddress, "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.254"},
 	} {
 		allocs := testing.AllocsPerRun(1000, func() {
 			if d, err := l.SpendFor(ctx, set, c[0], c[1], 1); err != nil || !d.Allowed {
