@@ -241,7 +241,10 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 		var buf [64]byte
 		key, limit, enabled, err := set.AppendKey(buf[:0], name, id)
 		if err == nil && enabled && len(key) > 0 && cost >= 0 && cost <= limit.Burst {
-			// As single does for Spend (written out: see spendFor).
+			// As single does for Spend. Written out here and in single,
+			// not shared: a helper both call, one call more on the way
+			// to the store, made limiter.Spend slower with a million
+			// fresh keys (BENCHMARKS.md, tried and not kept).
 			if p, ok := limit.ValidParams(); ok {
 				allowed, remaining, retryIn, resetIn := l.mem.SpendGCRA(l.clock, unsafe.String(unsafe.SliceData(key), len(key)), p, cost, false)
 				return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
@@ -252,8 +255,10 @@ func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string
 	return l.spendFor(ctx, set, name, id, cost)
 }
 
-// spendFor is SpendFor over any store: the bucket key built in the
-// limiter's pooled scratch, which the store does not keep.
+// spendFor is SpendFor over any other store, and for what the memory
+// store's direct call does not answer (errors, no limit, a cost out of
+// bounds): the bucket key built in the limiter's pooled scratch, which
+// the store does not keep, and the transaction answered by one.
 func (l *Limiter) spendFor(ctx context.Context, set *limits.Set, name, id string, cost int64) (Decision, error) {
 	sc := scratchPool.Get().(*Scratch)
 	defer sc.release()
@@ -262,18 +267,6 @@ func (l *Limiter) spendFor(ctx context.Context, set *limits.Set, name, id string
 	sc.key = key[:0]
 	if err != nil {
 		return Decision{}, ResolveErr(err)
-	}
-	if l.spender != nil && b.Enabled && len(key) > 0 && cost >= 0 && cost <= b.Limit.Burst {
-		// As single does for Spend, with the key's bytes in sc (see
-		// below: a store.Spender keeps no reference to the key either).
-		// Written out here and in single, not shared: a helper both
-		// call, one call more on the way to the store, made
-		// limiter.Spend slower with a million fresh keys (BENCHMARKS.md,
-		// tried and not kept).
-		if p, ok := b.Limit.ValidParams(); ok {
-			allowed, remaining, retryIn, resetIn := l.spender.SpendGCRA(l.clock, unsafe.String(unsafe.SliceData(key), len(key)), p, cost, false)
-			return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
-		}
 	}
 	txn := Transaction{Limit: b.Limit, Disabled: !b.Enabled, Cost: cost, Kind: CheckAndSpend, Name: b.Name.Text, ID: id}
 	if l.oner != nil {

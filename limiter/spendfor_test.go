@@ -18,7 +18,7 @@ import (
 )
 
 // notMemory is the memory store under another type: SpendFor then takes
-// the path of any store.Spender, not its direct call.
+// the path of any other store, not its direct call.
 type notMemory struct{ *memory.Store }
 
 // batchOnly hides a store's DoOne: the limiter then takes its batch path.
@@ -59,7 +59,7 @@ func TestSpendForAnswersAsResolveAndSpend(t *testing.T) {
 		s    func() store.Store
 	}{
 		{"memory", func() store.Store { return memory.New(memory.Options{}) }},
-		{"spender, not the memory store", func() store.Store { return notMemory{memory.New(memory.Options{})} }},
+		{"memory store under another type", func() store.Store { return notMemory{memory.New(memory.Options{})} }},
 		{"batch path", func() store.Store { return batchOnly{memory.New(memory.Options{})} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
