@@ -9,7 +9,8 @@
 // every older instruction has finished, a cache miss of the previous
 // decision included. Written by one store of the same 16 bytes, the key
 // is forwarded to the hash from the store buffer, and the next decision's
-// lookup no longer waits for the last one's memory access (BENCHMARKS.md).
+// lookup waits less for the last one's memory access
+// (BenchmarkSpendGCRAKeyInBuffer in store/memory, BENCHMARKS.md).
 package keybuf
 
 import (
