@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -81,7 +82,7 @@ func TestExpiredBucketsGiveTheirMemoryBack(t *testing.T) {
 		clk.Advance(2 * time.Millisecond)
 		spend(fmt.Sprint("new-", i), time.Millisecond)
 	}
-	if small := len(sh.tab.slots); small*8 > big || sh.tab.n*8 > small && small > minSlots {
+	if small := len(sh.tab.slots); small*8 > big || sh.tab.n*8 > small && small > minShrunk {
 		t.Fatalf("%d slots for 5,000 buckets, then %d slots for %d buckets: want at most an eighth", big, small, sh.tab.n)
 	}
 	if r := spend("kept", time.Hour); r.Remaining != 0 {
@@ -90,5 +91,41 @@ func TestExpiredBucketsGiveTheirMemoryBack(t *testing.T) {
 	h, _ := s.hash("kept")
 	if got, want := prefetched(sh, h); got != want {
 		t.Errorf("after shrinking: prefetched %#x, home slot at %#x", got, want)
+	}
+}
+
+// TestChurnSettlesTheTable spends, round and round, on 1,000 keys whose
+// buckets are full again before their key comes round: every spend finds
+// its bucket expired or already swept away, the way a shard churns
+// through short-lived buckets. Once the sweeps have shrunk the table, it
+// must keep its size: a table shrunk below what one sweep reaches grows
+// again at once, allocating and moving every slot each time.
+func TestChurnSettlesTheTable(t *testing.T) {
+	s := New(Options{Shards: 1})
+	sh := &s.shards[0]
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	ctx := context.Background()
+	spend := func(i int) {
+		t.Helper()
+		clk.Advance(time.Millisecond)
+		_, err := s.DoOne(ctx, clk, store.Op{Key: "k-" + strconv.Itoa(i%1000), Algorithm: store.GCRA, Kind: store.Spend,
+			Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Millisecond}, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20000 {
+		spend(i)
+	}
+	size, resized := len(sh.tab.slots), 0
+	for i := range 20000 {
+		spend(i)
+		if len(sh.tab.slots) != size {
+			size = len(sh.tab.slots)
+			resized++
+		}
+	}
+	if resized > 0 {
+		t.Errorf("the table changed size %d times in 20,000 spends of churn, now %d slots for %d buckets; want it settled", resized, size, sh.tab.n)
 	}
 }

@@ -137,14 +137,22 @@ func (t *table) remove(i int) {
 // grow doubles the table.
 func (t *table) grow() { t.resize(2 * len(t.slots)) }
 
+// minShrunk is the fewest slots shrink leaves: as many as one sweep
+// looks at (4 * sweepBudget). A sweep reaches every slot of a table that
+// small and removes every expired bucket, so its count swings between
+// none and the inserts since the last sweep; halving it further only
+// makes it grow again, an allocation and a move of every slot each time
+// (a shard churning through short-lived buckets did so again and again).
+const minShrunk = 4 * sweepBudget
+
 // shrink halves the table while it is less than an eighth full and longer
-// than minSlots, and reports whether it did: a table whose buckets have
+// than minShrunk, and reports whether it did: a table whose buckets have
 // mostly expired gives its memory back. It moves every slot. (The table
 // grows at three quarters full, so a shrunk table, less than a quarter
 // full, is far from growing again.)
 func (t *table) shrink() bool {
 	size := len(t.slots)
-	for size > minSlots && t.n*8 < size {
+	for size > minShrunk && t.n*8 < size {
 		size /= 2
 	}
 	if size == len(t.slots) {

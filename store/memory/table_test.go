@@ -166,7 +166,8 @@ func (t *table) keyOf(s *slot) string {
 
 // TestTableShrinks fills tables, removes most of their buckets, shrinks
 // them, and checks every bucket left is found with its value, that the
-// table is as small as it may be, and that it grows again.
+// table is as small as it may be (not under minShrunk), and that it grows
+// again.
 func TestTableShrinks(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, crowd := range []bool{false, true} {
@@ -196,9 +197,9 @@ func TestTableShrinks(t *testing.T) {
 			before := len(tab.slots)
 			shrunk := tab.shrink()
 			size := len(tab.slots)
-			if shrunk != (size < before) || size < minSlots || (size > minSlots && keep*8 < size) || keep*4 >= size {
+			if shrunk != (size < before) || size < minShrunk || (size > minShrunk && keep*8 < size) || keep*4 >= size {
 				t.Fatalf("crowd %v, %d kept: %d slots -> %d (shrunk %v), want the fewest slots at least %d with %d kept under a quarter full",
-					crowd, keep, before, size, shrunk, minSlots, keep)
+					crowd, keep, before, size, shrunk, minShrunk, keep)
 			}
 			if tab.n != keep {
 				t.Fatalf("crowd %v: holds %d, want %d", crowd, tab.n, keep)
