@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -149,11 +151,12 @@ type kvBatch struct {
 
 // decide answers a single key-value call (check, spend, refund, reset) on
 // t through the limiter, and records its metrics. It returns the
-// transaction's own decision and its bucket.
-func (kv *KV) decide(ctx context.Context, method string, t kvTxn) (limiter.Decision, limits.Bucket, error) {
+// transaction's own decision and its bucket, whose key it writes into
+// dst's spare capacity when it fits (see resolve).
+func (kv *KV) decide(ctx context.Context, method string, t kvTxn, dst []byte) (limiter.Decision, limits.Bucket, error) {
 	start := kv.clock.Now()
 	set := kv.limits()
-	b, txn, err := resolve(set, t)
+	b, txn, _, err := resolve(set, t, dst)
 	var d limiter.Decision
 	if err == nil {
 		switch method {
@@ -222,14 +225,18 @@ func (kv *KV) batch(ctx context.Context, method string, set *limits.Set, txns []
 	}
 	a.buckets = make([]limits.Bucket, 0, len(txns))
 	in := make([]limiter.Transaction, len(txns))
+	// The keys one after another in keys: one allocation for the batch
+	// unless they outgrow it.
+	keys := make([]byte, 0, batchKeyBytes*len(txns))
 	for i, t := range txns {
-		b, txn, err := resolve(set, t)
+		b, txn, more, err := resolve(set, t, keys)
 		if t.bad != nil {
 			err = t.bad
 		}
 		if err != nil {
 			return a, limiter.At(err, "transactions", "transaction", i)
 		}
+		keys = more
 		a.buckets = append(a.buckets, b)
 		in[i] = txn
 	}
@@ -270,14 +277,22 @@ func (kv *KV) logInternal(method string, err error) {
 }
 
 // resolve finds the bucket of t's name and id in set and builds its
-// transaction; the limiter checks its cost.
-func resolve(set *limits.Set, t kvTxn) (limits.Bucket, limiter.Transaction, error) {
+// transaction; the limiter checks its cost. It appends the bucket's key
+// to dst, in its spare capacity when it fits, else in a new array, and
+// returns the extended slice. The caller must not write those bytes
+// again: the key string the Bucket and the transaction share lives in
+// them, with no copy.
+func resolve(set *limits.Set, t kvTxn, dst []byte) (limits.Bucket, limiter.Transaction, []byte, error) {
 	if t.name == "" {
-		return limits.Bucket{}, limiter.Transaction{}, invalidTransaction("name", "missing limit name")
+		return limits.Bucket{}, limiter.Transaction{}, dst, invalidTransaction("name", "missing limit name")
 	}
-	b, err := set.Resolve(t.name, t.id)
+	var b limits.Bucket
+	more, err := set.AppendResolve(dst, t.name, t.id, &b)
 	if err != nil {
-		return limits.Bucket{}, limiter.Transaction{}, limiter.ResolveErr(err)
+		return limits.Bucket{}, limiter.Transaction{}, dst, limiter.ResolveErr(err)
+	}
+	if key := more[len(dst):]; len(key) > 0 {
+		b.Key = unsafe.String(unsafe.SliceData(key), len(key))
 	}
 	cost := int64(1)
 	switch {
@@ -288,7 +303,7 @@ func resolve(set *limits.Set, t kvTxn) (limits.Bucket, limiter.Transaction, erro
 	}
 	txn := limiter.ForBucket(b, t.id, cost)
 	txn.Kind = t.kind
-	return b, txn, nil
+	return b, txn, more, nil
 }
 
 // Check implements sluicev1.LimitsServer: it reports whether the request
@@ -322,9 +337,14 @@ func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req 
 	}
 	var d limiter.Decision
 	var b limits.Bucket
+	// The answer and the bucket key's bytes, in one allocation.
+	a := new(struct {
+		box decisionBox
+		key [singleKeyBytes]byte
+	})
 	err := kv.admin(method, func() error { return kv.guard.allowGRPC(ctx) })
 	if err == nil {
-		d, b, err = kv.decide(ctx, method, kvTxn{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind})
+		d, b, err = kv.decide(ctx, method, kvTxn{name: req.GetName(), id: req.GetId(), cost: req.Cost, kind: kind}, a.key[:0])
 	}
 	if err != nil {
 		err = grpcError(err)
@@ -335,8 +355,17 @@ func (kv *KV) single(ctx context.Context, method string, kind limiter.Kind, req 
 	if err != nil {
 		return nil, err
 	}
-	return decisionProto(d, b), nil
+	return a.box.proto(d, b), nil
 }
+
+// singleKeyBytes and batchKeyBytes are the room set aside for a bucket
+// key in a single call's answer and per transaction in a batch: enough
+// for an account id's or an IP address's key (an IPv6 address is at
+// most 45 bytes), not for every domain name's.
+const (
+	singleKeyBytes = 48
+	batchKeyBytes  = 24
+)
 
 // Batch implements sluicev1.LimitsServer: it applies the transactions all or
 // nothing and answers the strictest decision plus one per transaction.
@@ -444,9 +473,10 @@ func (kv *KV) batchGRPC(ctx context.Context, method string, req *sluicev1.BatchR
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	resp := &sluicev1.BatchResponse{Decision: decisionProto(a.decision, a.bucket), Results: make([]*sluicev1.Decision, len(a.each))}
+	boxes := make([]decisionBox, 1+len(a.each))
+	resp := &sluicev1.BatchResponse{Decision: boxes[0].proto(a.decision, a.bucket), Results: make([]*sluicev1.Decision, len(a.each))}
 	for i := range a.each {
-		resp.Results[i] = decisionProto(a.each[i], a.buckets[i])
+		resp.Results[i] = boxes[1+i].proto(a.each[i], a.buckets[i])
 	}
 	return resp, nil
 }
@@ -461,25 +491,40 @@ func (kv *KV) admin(method string, check func() error) error {
 	return nil
 }
 
-// decisionProto translates a limiter decision on bucket b into the gRPC
-// API's: the one place where a key-value decision becomes a protobuf.
-func decisionProto(d limiter.Decision, b limits.Bucket) *sluicev1.Decision {
-	l := &sluicev1.Limit{Period: durationpb.New(0)}
+// decisionBox holds a decision's gRPC answer with the messages it points
+// to, so that one allocation makes them all: the Decision, its Limit and
+// its three Durations (six allocations otherwise).
+type decisionBox struct {
+	decision                 sluicev1.Decision
+	limit                    sluicev1.Limit
+	retryIn, resetIn, period durationpb.Duration
+}
+
+// proto translates a limiter decision on bucket b into the gRPC API's,
+// built in x: the one place where a key-value decision becomes a
+// protobuf. x must be new, as the answer points into it.
+func (x *decisionBox) proto(d limiter.Decision, b limits.Bucket) *sluicev1.Decision {
+	l := &x.limit
+	l.Period = setDuration(&x.period, 0)
 	if b.Enabled {
-		l.Burst, l.Count, l.Period = b.Limit.Burst, b.Limit.Count, durationpb.New(b.Limit.Period)
+		l.Burst, l.Count, l.Period = b.Limit.Burst, b.Limit.Count, setDuration(&x.period, b.Limit.Period)
 		l.Source = sluicev1.Limit_DEFAULT
 		if b.Override {
 			l.Source = sluicev1.Limit_OVERRIDE
 		}
 	}
-	return &sluicev1.Decision{
-		Allowed:   d.Allowed,
-		Remaining: d.Remaining,
-		RetryIn:   durationpb.New(d.RetryIn),
-		ResetIn:   durationpb.New(d.ResetIn),
-		Limit:     l,
-		Bucket:    b.Key,
-	}
+	p := &x.decision
+	p.Allowed, p.Remaining = d.Allowed, d.Remaining
+	p.RetryIn, p.ResetIn = setDuration(&x.retryIn, d.RetryIn), setDuration(&x.resetIn, d.ResetIn)
+	p.Limit, p.Bucket = l, b.Key
+	return p
+}
+
+// setDuration sets p to d, as durationpb.New does for a new one, and
+// returns p.
+func setDuration(p *durationpb.Duration, d time.Duration) *durationpb.Duration {
+	p.Seconds, p.Nanos = int64(d/time.Second), int32(d%time.Second)
+	return p
 }
 
 // Results of decisions, as metric label values.
@@ -506,9 +551,20 @@ type kvMetrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 
+	// observers holds latency's series by method, each made on its first
+	// use. WithLabelValues hashes its labels and takes the vector's lock
+	// on every call; a read of this map takes neither.
+	observers sync.Map // method string → prometheus.Observer
+
 	mu     sync.RWMutex // protects labels
-	labels map[string]bool
+	labels map[string]*resultCounters
+	other  resultCounters // the counters of label "other"
 }
+
+// resultCounters are one limit label's decision counters by result
+// (allowed, denied, error), each made on its first use, so that the
+// metrics show only the results seen.
+type resultCounters [3]atomic.Pointer[prometheus.Counter]
 
 func newKVMetrics(reg prometheus.Registerer) *kvMetrics {
 	m := &kvMetrics{
@@ -522,7 +578,7 @@ func newKVMetrics(reg prometheus.Registerer) *kvMetrics {
 			Help:    "Time to answer a key-value API call. Label method: check, spend, refund, reset, batch, batch_refund, batch_reset, override_list, override_get, override_put, override_delete.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"method"}),
-		labels: map[string]bool{},
+		labels: map[string]*resultCounters{},
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.latency)
@@ -531,13 +587,45 @@ func newKVMetrics(reg prometheus.Registerer) *kvMetrics {
 }
 
 func (m *kvMetrics) observe(method string, start, end time.Time) {
-	m.latency.WithLabelValues(method).Observe(end.Sub(start).Seconds())
+	o, ok := m.observers.Load(method)
+	if !ok {
+		o, _ = m.observers.LoadOrStore(method, m.latency.WithLabelValues(method))
+	}
+	o.(prometheus.Observer).Observe(end.Sub(start).Seconds())
 }
 
 // count records one decision on the limit name with bucket b (the zero
 // Bucket when the name or id did not resolve) under set.
 func (m *kvMetrics) count(set *limits.Set, name string, b limits.Bucket, result string) {
-	m.decisions.WithLabelValues(m.label(set, name, b), result).Inc()
+	m.mu.RLock()
+	cs := m.labels[name]
+	m.mu.RUnlock()
+	label := name
+	if cs == nil {
+		if label = m.label(set, name, b); label == name {
+			m.mu.RLock()
+			cs = m.labels[name]
+			m.mu.RUnlock()
+		} else {
+			cs = &m.other
+		}
+	}
+	i := 2 // resultError
+	switch result {
+	case resultAllowed:
+		i = 0
+	case resultDenied:
+		i = 1
+	}
+	c := cs[i].Load()
+	if c == nil {
+		// Two callers may both get here: WithLabelValues gives both the
+		// same series.
+		made := m.decisions.WithLabelValues(label, result)
+		c = &made
+		cs[i].Store(c)
+	}
+	(*c).Inc()
 }
 
 // label returns name when it is a bounded label value: a built-in name, or
@@ -545,7 +633,7 @@ func (m *kvMetrics) count(set *limits.Set, name string, b limits.Bucket, result 
 // Anything else is "other".
 func (m *kvMetrics) label(set *limits.Set, name string, b limits.Bucket) string {
 	m.mu.RLock()
-	ok := m.labels[name]
+	ok := m.labels[name] != nil
 	m.mu.RUnlock()
 	if ok {
 		return name
@@ -560,9 +648,12 @@ func (m *kvMetrics) label(set *limits.Set, name string, b limits.Bucket) string 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.labels[name] != nil {
+		return name
+	}
 	if len(m.labels) >= maxLimitLabels {
 		return "other"
 	}
-	m.labels[name] = true
+	m.labels[name] = new(resultCounters)
 	return name
 }

@@ -57,7 +57,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 			if err := decodeStrict(body, &req); err != nil {
 				return nil, limiter.Decision{}, err
 			}
-			d, b, err := kv.decide(r.Context(), method, kvTxn{name: req.Name, id: req.ID, cost: req.Cost, kind: kind})
+			d, b, err := kv.decide(r.Context(), method, kvTxn{name: req.Name, id: req.ID, cost: req.Cost, kind: kind}, make([]byte, 0, singleKeyBytes))
 			if kv.tracer != nil {
 				tracing.Annotate(trace.SpanFromContext(r.Context()), err, tracing.KeyLimitName.String(req.Name), tracing.KeyAllowed.Bool(d.Allowed))
 			}

@@ -90,7 +90,7 @@ func TestKVMetricsCapTheLimitLabels(t *testing.T) {
 	t.Parallel()
 	m := newKVMetrics(nil)
 	for i := range maxLimitLabels {
-		m.labels[strings.Repeat("x", i+1)] = true
+		m.labels[strings.Repeat("x", i+1)] = new(resultCounters)
 	}
 	b := limits.Bucket{Name: limits.Name{Text: "NewOrdersPerAccount", BuiltIn: true}}
 	if got := m.label(nil, "NewOrdersPerAccount", b); got != "other" {
