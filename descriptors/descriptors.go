@@ -224,11 +224,25 @@ func (r *Rule) AppendCacheKey(dst []byte, entries []Entry) []byte {
 // the entry (database, users) of domain mongo_cps. The caller appends the
 // window start.
 func (r *Rule) CacheKey(entries []Entry) string {
-	n := len(r.Domain) + 1 + len(r.suffix) + 3
-	for _, e := range entries {
-		n += len(e.Key) + len(e.Value) + 2
+	return string(r.AppendCacheKey(make([]byte, 0, r.CacheKeyLen(entries)), entries))
+}
+
+// CacheKeyLen is the length of the key AppendCacheKey appends for
+// entries, so that a caller can make room for several keys at once.
+func (r *Rule) CacheKeyLen(entries []Entry) int {
+	n := len(r.Domain) + 1
+	if r.suffix != "" {
+		n += len(r.suffix) + 3
 	}
-	return string(r.AppendCacheKey(make([]byte, 0, n), entries))
+	for i, e := range entries {
+		n += len(e.Key) + 2
+		if i < len(r.levels) && r.levels[i].share {
+			n += len(r.levels[i].value)
+		} else {
+			n += len(e.Value)
+		}
+	}
+	return n
 }
 
 // MetricKey is the key under which metrics for a request descriptor matched

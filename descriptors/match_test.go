@@ -394,6 +394,9 @@ func TestCacheKey(t *testing.T) {
 			if got := r.CacheKey(tt.entries); got != tt.want {
 				t.Errorf("CacheKey: got %q, want %q", got, tt.want)
 			}
+			if got := r.CacheKeyLen(tt.entries); got != len(tt.want) {
+				t.Errorf("CacheKeyLen: got %d, want %d", got, len(tt.want))
+			}
 			if got := string(r.AppendCacheKey([]byte("prefix:"), tt.entries)); got != "prefix:"+tt.want {
 				t.Errorf("AppendCacheKey: got %q, want %q", got, "prefix:"+tt.want)
 			}

@@ -55,6 +55,9 @@ func TestSeveralLimitsOnOneDescriptor(t *testing.T) {
 	}
 	for k, w := range want {
 		l := r.Limit(k)
+		if got := l.CacheKeyLen(e); got != len(w.cache) {
+			t.Errorf("limit %d: CacheKeyLen %d, want %d (%q)", k, got, len(w.cache), w.cache)
+		}
 		if l.StatsKey != w.stats || l.CacheKey(e) != w.cache || l.MetricKey(e) != w.stats {
 			t.Errorf("limit %d: got stats key %q, cache key %q, metric key %q; want %q, %q, %q", k, l.StatsKey, l.CacheKey(e), l.MetricKey(e), w.stats, w.cache, w.stats)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/descriptors"
 	"github.com/sluice-rl/sluice/gcra"
@@ -27,7 +28,26 @@ func ForRule(r *descriptors.Rule, entries []descriptors.Entry, cost int64) Trans
 	if r.Unlimited {
 		return Transaction{Key: r.StatsKey, Disabled: true, Cost: cost}
 	}
-	t := Transaction{Key: r.CacheKey(entries), Cost: cost}
+	return forRule(r, r.CacheKey(entries), cost)
+}
+
+// AppendForRule is ForRule with the counter key appended to dst, in its
+// spare capacity when it fits (see descriptors.Rule.CacheKeyLen), rather
+// than in an allocation of its own: it returns the transaction, whose
+// Key is the bytes appended, and the extended slice. The caller must
+// never write those bytes again: a store's Do may keep the key.
+func AppendForRule(dst []byte, r *descriptors.Rule, entries []descriptors.Entry, cost int64) (Transaction, []byte) {
+	if r.Unlimited {
+		return Transaction{Key: r.StatsKey, Disabled: true, Cost: cost}, dst
+	}
+	more := r.AppendCacheKey(dst, entries)
+	key := more[len(dst):]
+	return forRule(r, unsafe.String(unsafe.SliceData(key), len(key)), cost), more
+}
+
+// forRule is the transaction of a limited rule r under key.
+func forRule(r *descriptors.Rule, key string, cost int64) Transaction {
+	t := Transaction{Key: key, Cost: cost}
 	if r.Burst > 0 {
 		t.Limit = gcra.Limit{Burst: int64(r.Burst), Count: int64(r.RequestsPerUnit), Period: r.Window()}
 	} else {

@@ -157,6 +157,29 @@ descriptors:
 	if got := limiter.ForRule(r, e, 1); !got.Disabled {
 		t.Errorf("unlimited rule: got %+v, want disabled", got)
 	}
+
+	// AppendForRule gives the same transactions, their keys one after
+	// another in one array, in its spare capacity while they fit.
+	buf := make([]byte, 0, 30)
+	var got []limiter.Transaction
+	for i, m := range [][2]string{{"window", "a"}, {"bucket", "b"}, {"free", "c"}, {"window", "a-much-longer-value-than-fits"}, {"bucket", "d"}} {
+		r, e := match(m[0], m[1])
+		before := len(buf)
+		var txn limiter.Transaction
+		txn, buf = limiter.AppendForRule(buf, r, e, int64(i))
+		if want := limiter.ForRule(r, e, int64(i)); txn != want {
+			t.Errorf("AppendForRule %v: got %+v, want ForRule's %+v", m, txn, want)
+		}
+		if !r.Unlimited && string(buf[before:]) != txn.Key {
+			t.Errorf("AppendForRule %v: appended %q, key %q", m, buf[before:], txn.Key)
+		}
+		got = append(got, txn)
+	}
+	for i, want := range []string{"d_window_a_", "d_bucket_b_", "d.free", "d_window_a-much-longer-value-than-fits_", "d_bucket_d_"} {
+		if got[i].Key != want {
+			t.Errorf("after every append, transaction %d's key is %q, want %q", i, got[i].Key, want)
+		}
+	}
 }
 
 func TestKindOfClassifiesErrorsForTheFrontDoors(t *testing.T) {

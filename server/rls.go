@@ -335,6 +335,20 @@ func (s *RLS) prepare(req *rlsv3.RateLimitRequest, sc *scratch) error {
 		c.rule = r
 	}
 
+	// Every counter key of the request in one allocation, rather than
+	// one each, and not in the scratch: a store's Do may keep a key.
+	size := 0
+	for i := range checks {
+		if r := checks[i].rule; r != nil {
+			for k := range r.Limits() {
+				size += r.Limit(k).CacheKeyLen(checks[i].entries)
+			}
+		}
+	}
+	var counterKeys []byte
+	if size > 0 {
+		counterKeys = make([]byte, 0, size)
+	}
 	txns, rules, keys := sc.txns[:0], sc.rules[:0], sc.keys[:0]
 	for i := range checks {
 		c := &checks[i]
@@ -347,7 +361,8 @@ func (s *RLS) prepare(req *rlsv3.RateLimitRequest, sc *scratch) error {
 			if r.Name != "" && replaced[r.Name] {
 				continue
 			}
-			t := limiter.ForRule(r, c.entries, int64(c.hits))
+			var t limiter.Transaction
+			t, counterKeys = limiter.AppendForRule(counterKeys, r, c.entries, int64(c.hits))
 			switch {
 			case c.negative:
 				t.Kind = limiter.RefundBucket
@@ -449,21 +464,17 @@ func (sc *scratch) release() {
 // the others, then the least remaining, then the longest reset.
 func (s *RLS) respond(checks []check, rules []*descriptors.Rule, keys []string, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
-	var statuses []rlsv3.RateLimitResponse_DescriptorStatus
-	var limits []rlsv3.RateLimitResponse_RateLimit
-	var resets []durationpb.Duration
+	var answers []descriptorAnswer
 	if len(checks) == 1 {
 		// The usual request: every message in one allocation.
 		one := new(oneResponse)
-		resp, statuses, limits, resets = &one.resp, one.status[:], one.limit[:], one.reset[:]
+		resp, answers = &one.resp, one.answer[:]
 		resp.Statuses = one.ptr[:]
 	} else {
-		// The messages of all descriptors come from one array of each kind
-		// rather than three allocations per descriptor.
+		// The messages of all descriptors come from one array rather than
+		// three allocations per descriptor.
 		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
-		statuses = make([]rlsv3.RateLimitResponse_DescriptorStatus, len(checks))
-		limits = make([]rlsv3.RateLimitResponse_RateLimit, len(checks))
-		resets = make([]durationpb.Duration, len(checks))
+		answers = make([]descriptorAnswer, len(checks))
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
@@ -472,7 +483,8 @@ func (s *RLS) respond(checks []check, rules []*descriptors.Rule, keys []string, 
 
 	for i := range checks {
 		c := &checks[i]
-		st := &statuses[i]
+		a := &answers[i]
+		st := &a.status
 		resp.Statuses[i] = st
 		st.Code = rlsv3.RateLimitResponse_OK
 		if c.unlimited {
@@ -504,12 +516,12 @@ func (s *RLS) respond(checks []check, rules []*descriptors.Rule, keys []string, 
 		}
 		r, reset := best.rule, best.reset
 		st.Code, st.LimitRemaining = best.code, best.remaining
-		st.CurrentLimit = &limits[i]
+		st.CurrentLimit = &a.limit
 		st.CurrentLimit.Name, st.CurrentLimit.RequestsPerUnit, st.CurrentLimit.Unit = r.Name, r.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit)
 		if r.UnitMultiplier > 1 {
 			st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
-		st.DurationUntilReset = &resets[i]
+		st.DurationUntilReset = &a.reset
 		st.DurationUntilReset.Seconds, st.DurationUntilReset.Nanos = int64(reset/time.Second), int32(reset%time.Second)
 		if s.opts.ResponseHeaders && st.LimitRemaining < closestRemaining {
 			closest, closestRemaining = st, st.LimitRemaining
@@ -595,9 +607,14 @@ func (ls ruleStatus) closer(o ruleStatus) bool {
 type oneResponse struct {
 	resp   rlsv3.RateLimitResponse
 	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
-	status [1]rlsv3.RateLimitResponse_DescriptorStatus
-	limit  [1]rlsv3.RateLimitResponse_RateLimit
-	reset  [1]durationpb.Duration
+	answer [1]descriptorAnswer
+}
+
+// descriptorAnswer holds the messages of one descriptor's status.
+type descriptorAnswer struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
 }
 
 // dynamicMetadata describes the request as envoyproxy/ratelimit's

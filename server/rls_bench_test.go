@@ -19,7 +19,7 @@ import (
 )
 
 // benchConfig has five top-level keys, each limited per value.
-func benchRLS(b *testing.B) *server.RLS {
+func benchRLS(b testing.TB) *server.RLS {
 	b.Helper()
 	var sb strings.Builder
 	sb.WriteString("domain: bench\ndescriptors:\n")
