@@ -10,7 +10,7 @@ BIN       ?= bin
 # IMAGE is the tag `make image` gives the container image.
 IMAGE     ?= sluice:latest
 
-.PHONY: all build image test unit fuzz vet fmt bench bench-peers bench-redis-clients proto
+.PHONY: all build image test unit allocs fuzz vet fmt bench bench-peers bench-redis-clients proto
 
 all: build
 
@@ -28,8 +28,9 @@ image:
 	 else echo "make image: neither docker nor podman is installed; install one, or build the binary alone with make build" >&2; exit 1; fi; \
 	 echo "$$tool build -t $(IMAGE) ."; $$tool build -t $(IMAGE) .
 
-# The tests CI runs: the race-detector suite, then every fuzz target briefly.
-test: vet unit fuzz
+# The tests CI runs: the race-detector suite, the allocation tests without
+# it, then every fuzz target briefly.
+test: vet unit allocs fuzz
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -47,6 +48,11 @@ vet:
 
 unit:
 	$(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
+
+# The allocation tests again without the race detector, whose sync.Pool
+# drops items on purpose (those that count on a pool skip under -race).
+allocs:
+	$(GO) test -run 'Alloc' $(TESTFLAGS) $(PKGS)
 
 # Runs each native fuzz target of the packages PKGS names for FUZZTIME.
 # Targets are found by name in the test files, so a new target is fuzzed

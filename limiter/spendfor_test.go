@@ -112,7 +112,7 @@ func TestSpendForRefusesBadNamesAndIDs(t *testing.T) {
 // address, an IPv6 range and the longest IPv6 address.
 func TestSpendForAllocatesNothing(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the race detector's sync.Pool drops items on purpose")
+		t.Skip("the race detector's sync.Pool drops items on purpose (make allocs runs this without it)")
 	}
 	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(
 		"NewOrdersPerAccount: {burst: 1000000, count: 1000, period: 1s}\n"+
