@@ -32,7 +32,11 @@ type middleware struct {
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	a := m.l.admit(r)
+	// The writer and the admission in one allocation.
+	tw := &timingWriter{ResponseWriter: w, r: r}
+	a := &tw.admission
+	tw.a = a
+	m.l.admitTo(r, a)
 	if !a.allowed {
 		m.l.deny(w, a)
 		return
@@ -40,7 +44,6 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.l.cfg.Headers {
 		m.l.setRateLimitHeaders(w.Header(), a, false)
 	}
-	tw := &timingWriter{ResponseWriter: w, a: a, r: r}
 	defer a.finish()
 	m.next.ServeHTTP(tw, r)
 	// A handler that wrote nothing gets net/http's implicit 200 now.
@@ -50,9 +53,10 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // timingWriter notes the first response byte of an admitted request.
 type timingWriter struct {
 	http.ResponseWriter
-	a       *admission
-	r       *http.Request
-	started bool
+	a         *admission // &admission
+	r         *http.Request
+	started   bool
+	admission admission
 }
 
 // first records the request's outcome when the response starts with code.

@@ -290,6 +290,14 @@ type admission struct {
 
 // admit decides on r and, if it goes ahead, counts it.
 func (l *Limiter) admit(r *http.Request) *admission {
+	a := new(admission)
+	l.admitTo(r, a)
+	return a
+}
+
+// admitTo is admit writing the admission to a, which must be zero, so
+// that a caller can allocate it along with something else.
+func (l *Limiter) admitTo(r *http.Request, a *admission) {
 	now := l.clock.Now()
 	cur := l.slotIndex(now)
 	rule := l.ruleFor(r.URL.Path)
@@ -298,7 +306,7 @@ func (l *Limiter) admit(r *http.Request) *admission {
 	if l.cfg.PerClient {
 		client = l.clientOf(r)
 	}
-	a := &admission{l: l, rule: rule, start: now}
+	a.l, a.rule, a.start = l, rule, now
 	for {
 		e := l.lookup(key, cur)
 		if l.shared != nil {
@@ -325,7 +333,6 @@ func (l *Limiter) admit(r *http.Request) *admission {
 			l.m.denied(rule.name).Inc()
 		}
 	}
-	return a
 }
 
 // decide applies the seed's rule, count < allowedRate, and the per-client
