@@ -6,10 +6,6 @@ import (
 	"testing"
 
 	sluicev1 "github.com/sluice-rl/sluice/api/sluice/v1"
-	"github.com/sluice-rl/sluice/clock"
-	"github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/limits"
-	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -88,20 +84,7 @@ func TestKVAnswersKeepTheirKeys(t *testing.T) {
 // Durations and the bucket key together), for an account id and for an
 // IPv6 address, whose key is the longest an answer has room for.
 func TestKVSpendAllocatesOnce(t *testing.T) {
-	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(
-		"NewOrdersPerAccount: {burst: 1000000000, count: 1000000000, period: 1s}\n"+
-			"NewRegistrationsPerIPAddress: {burst: 1000000000, count: 1000000000, period: 1s}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := limits.New(defaults, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := server.NewKV(server.KVOptions{
-		Limiter: limiter.New(memory.New(memory.Options{}), clock.NewFake(start)),
-		Limits:  func() *limits.Set { return set },
-	})
+	kv := kvNeverDenying(t, "NewOrdersPerAccount", "NewRegistrationsPerIPAddress")
 	ctx := context.Background()
 	for _, req := range []*sluicev1.Request{
 		{Name: "NewOrdersPerAccount", Id: "12345678901234567890"},

@@ -14,21 +14,32 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
-// BenchmarkKVSpend is a whole key-value Spend call in-process on the
-// memory store, without gRPC: NewOrdersPerAccount over 10,000 accounts.
-func BenchmarkKVSpend(b *testing.B) {
-	defaults, err := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 1000000000, count: 1000000000, period: 1s}\n"))
+// kvNeverDenying is a KV on the memory store whose limit for each of
+// names is a billion a second.
+func kvNeverDenying(tb testing.TB, names ...string) *server.KV {
+	tb.Helper()
+	var yaml []byte
+	for _, n := range names {
+		yaml = append(yaml, n+": {burst: 1000000000, count: 1000000000, period: 1s}\n"...)
+	}
+	defaults, err := limits.ParseDefaults("defaults.yaml", yaml)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	set, err := limits.New(defaults, nil)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	kv := server.NewKV(server.KVOptions{
+	return server.NewKV(server.KVOptions{
 		Limiter: limiter.New(memory.New(memory.Options{}), clock.New()),
 		Limits:  func() *limits.Set { return set },
 	})
+}
+
+// BenchmarkKVSpend is a whole key-value Spend call in-process on the
+// memory store, without gRPC: NewOrdersPerAccount over 10,000 accounts.
+func BenchmarkKVSpend(b *testing.B) {
+	kv := kvNeverDenying(b, "NewOrdersPerAccount")
 	reqs := make([]*sluicev1.Request, 10000)
 	for i := range reqs {
 		reqs[i] = &sluicev1.Request{Name: "NewOrdersPerAccount", Id: strconv.Itoa(10000000 + i)}
