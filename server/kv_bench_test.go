@@ -1,7 +1,11 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -60,3 +64,54 @@ func BenchmarkKVSpend(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
+
+// BenchmarkKVSpendHTTP is a key-value Spend over HTTP/JSON on the memory
+// store: "handler" calls the handler in-process (the body decoded, the
+// decision made and encoded, nothing sent), "loopback" sends each call
+// over a keep-alive connection to a real server on 127.0.0.1.
+func BenchmarkKVSpendHTTP(b *testing.B) {
+	h := server.KVHTTPHandler(kvNeverDenying(b, "NewOrdersPerAccount"))
+	bodies := make([][]byte, 10000)
+	for i := range bodies {
+		bodies[i] = []byte(`{"name": "NewOrdersPerAccount", "id": "` + strconv.Itoa(10000000+i) + `", "cost": 1}`)
+	}
+	b.Run("handler", func(b *testing.B) {
+		w := &discardWriter{h: http.Header{}}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r := httptest.NewRequest(http.MethodPost, "/v1/spend", bytes.NewReader(bodies[i%len(bodies)]))
+			w.code = 0
+			h.ServeHTTP(w, r)
+			if w.code != 0 && w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+	b.Run("loopback", func(b *testing.B) {
+		srv := httptest.NewServer(http.StripPrefix("", h))
+		defer srv.Close()
+		client := srv.Client()
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			resp, err := client.Post(srv.URL+"/v1/spend", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+	})
+}
+
+// discardWriter is a ResponseWriter that keeps only the status.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(code int)        { d.code = code }

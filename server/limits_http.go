@@ -54,7 +54,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 				return nil, limiter.Decision{}, err
 			}
 			var req kvRequest
-			if err := decodeStrict(body, &req); err != nil {
+			if err := decodeKVRequest(body, &req); err != nil {
 				return nil, limiter.Decision{}, err
 			}
 			d, b, err := kv.decide(r.Context(), method, kvTxn{name: req.Name, id: req.ID, cost: req.Cost, kind: kind}, make([]byte, 0, singleKeyBytes))
@@ -64,7 +64,8 @@ func KVHTTPHandler(kv *KV) http.Handler {
 			if err != nil {
 				return nil, limiter.Decision{}, err
 			}
-			return decisionJSON(d, b), d, nil
+			out := decisionJSON(d, b)
+			return &out, d, nil
 		})
 	}
 	mux := http.NewServeMux()
@@ -142,7 +143,7 @@ func (kv *KV) batchJSON(r *http.Request, method string, txns []kvTxn) (any, limi
 	if err != nil {
 		return nil, limiter.Decision{}, err
 	}
-	out := kvBatchResponse{kvDecision: decisionJSON(a.decision, a.bucket), Results: make([]kvDecision, len(a.each))}
+	out := &kvBatchResponse{kvDecision: decisionJSON(a.decision, a.bucket), Results: make([]kvDecision, len(a.each))}
 	for i := range a.each {
 		out.Results[i] = decisionJSON(a.each[i], a.buckets[i])
 	}
@@ -169,18 +170,29 @@ func kvHandler(retry bool, serve func(r *http.Request, body []byte) (answer any,
 			writeError(w, httpStatus(err), "%s", err.Error())
 			return
 		}
-		out, err := json.Marshal(answer)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "encode response: %v", err)
-			return
+		var out []byte
+		switch a := answer.(type) {
+		case *kvDecision:
+			out = appendKVDecision(make([]byte, 0, 256), a)
+		case *kvBatchResponse:
+			out = appendKVBatchResponse(make([]byte, 0, 256*(1+len(a.Results))), a)
+		default:
+			if out, err = json.Marshal(answer); err != nil {
+				writeError(w, http.StatusInternalServerError, "encode response: %v", err)
+				return
+			}
 		}
-		w.Header().Set("Content-Type", "application/json")
+		w.Header()["Content-Type"] = jsonContentType
 		if retry && !d.Allowed {
 			w.Header().Set("Retry-After", strconv.FormatInt(limiter.RetryAfter(d.RetryIn), 10))
 		}
 		_, _ = w.Write(append(out, '\n'))
 	})
 }
+
+// jsonContentType is the Content-Type header's value of a JSON answer,
+// one slice for every answer (net/http only reads it).
+var jsonContentType = []string{"application/json"}
 
 // kvRequest is the body of /v1/check, /v1/spend, /v1/refund and /v1/reset.
 type kvRequest struct {
