@@ -9,10 +9,11 @@ import (
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
-// kvIDs are transactions whose bucket keys range from a few bytes to
-// hundreds: longer than the room a single call's answer or a batch sets
-// aside for them, so that both the keys written in place and those that
-// outgrow it are checked.
+// kvIDs are transactions whose bucket keys range from 3 bytes to 69:
+// some longer than the 48 a single call's answer sets aside, and 254 in
+// all, more than the 24 a transaction a batch of the nine sets aside, so
+// that both the keys written in place and those that outgrow it are
+// checked.
 var kvIDs = []struct{ name, id string }{
 	{"NewOrdersPerAccount", "12345678"},
 	{"NewRegistrationsPerIPAddress", "192.0.2.1"},
