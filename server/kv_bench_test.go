@@ -67,8 +67,9 @@ func BenchmarkKVSpend(b *testing.B) {
 
 // BenchmarkKVSpendHTTP is a key-value Spend over HTTP/JSON on the memory
 // store: "handler" calls the handler in-process (the body decoded, the
-// decision made and encoded, nothing sent), "loopback" sends each call
-// over a keep-alive connection to a real server on 127.0.0.1.
+// decision made and encoded, nothing sent), "batch of 3" the same for a
+// batch of three accounts, "loopback" sends each call over a keep-alive
+// connection to a real server on 127.0.0.1.
 func BenchmarkKVSpendHTTP(b *testing.B) {
 	h := server.KVHTTPHandler(kvNeverDenying(b, "NewOrdersPerAccount"))
 	bodies := make([][]byte, 10000)
@@ -80,6 +81,22 @@ func BenchmarkKVSpendHTTP(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			r := httptest.NewRequest(http.MethodPost, "/v1/spend", bytes.NewReader(bodies[i%len(bodies)]))
+			w.code = 0
+			h.ServeHTTP(w, r)
+			if w.code != 0 && w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+	b.Run("batch of 3, handler", func(b *testing.B) {
+		w := &discardWriter{h: http.Header{}}
+		batches := make([][]byte, len(bodies)/3)
+		for i := range batches {
+			batches[i] = []byte(`{"transactions": [` + string(bodies[3*i]) + `, ` + string(bodies[3*i+1]) + `, ` + string(bodies[3*i+2]) + `]}`)
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			r := httptest.NewRequest(http.MethodPost, "/v1/batch", bytes.NewReader(batches[i%len(batches)]))
 			w.code = 0
 			h.ServeHTTP(w, r)
 			if w.code != 0 && w.code != http.StatusOK {

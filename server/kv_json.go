@@ -29,10 +29,28 @@ func decodeKVRequest(body []byte, req *kvRequest) error {
 // plainKVRequest parses body when it is in decodeKVRequest's plain subset
 // and reports whether it was.
 func plainKVRequest(body []byte) (kvRequest, bool) {
-	var (
-		req                        kvRequest
-		seenName, seenID, seenCost bool
-	)
+	t, i, ok := plainTransaction(body, skipSpace(body, 0), false)
+	if !ok || skipSpace(body, i) != len(body) {
+		return kvRequest{}, false
+	}
+	return kvRequest{Name: t.Name, ID: t.ID, Cost: t.Cost}, true
+}
+
+// decodeKVBatchRequest is decodeKVRequest for a batch's body: one object
+// whose one member, transactions, is an array of objects in the plain
+// subset, each of which may also have kind, a plain string.
+func decodeKVBatchRequest(body []byte, req *kvBatchRequest) error {
+	if r, ok := plainKVBatchRequest(body); ok {
+		*req = r
+		return nil
+	}
+	return decodeStrict(body, req)
+}
+
+// plainKVBatchRequest parses body when it is in decodeKVBatchRequest's
+// plain subset and reports whether it was.
+func plainKVBatchRequest(body []byte) (kvBatchRequest, bool) {
+	var req kvBatchRequest
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return req, false
@@ -41,56 +59,123 @@ func plainKVRequest(body []byte) (kvRequest, bool) {
 	if i < len(body) && body[i] == '}' {
 		return req, skipSpace(body, i+1) == len(body)
 	}
-	for {
-		key, j, ok := plainString(body, i)
-		if !ok {
-			return req, false
-		}
-		i = skipSpace(body, j)
-		if i >= len(body) || body[i] != ':' {
-			return req, false
-		}
-		i = skipSpace(body, i+1)
-		switch string(key) {
-		case "name":
-			v, j, ok := plainString(body, i)
-			if !ok || seenName {
-				return req, false
-			}
-			seenName, req.Name, i = true, string(v), j
-		case "id":
-			v, j, ok := plainString(body, i)
-			if !ok || seenID {
-				return req, false
-			}
-			seenID, req.ID, i = true, string(v), j
-		case "cost":
-			if seenCost {
-				return req, false
-			}
-			seenCost = true
-			c, isNull, j, ok := plainInt(body, i)
+	key, j, ok := plainString(body, i)
+	if !ok || string(key) != "transactions" {
+		return req, false
+	}
+	i = skipSpace(body, j)
+	if i >= len(body) || body[i] != ':' {
+		return req, false
+	}
+	i = skipSpace(body, i+1)
+	if i >= len(body) || body[i] != '[' {
+		return req, false
+	}
+	req.Transactions = []kvTransaction{}
+	i = skipSpace(body, i+1)
+	if i < len(body) && body[i] == ']' {
+		i++
+	} else {
+		for {
+			t, j, ok := plainTransaction(body, i, true)
 			if !ok {
 				return req, false
 			}
-			if !isNull {
-				req.Cost = &c
+			req.Transactions = append(req.Transactions, t)
+			i = skipSpace(body, j)
+			if i >= len(body) {
+				return req, false
+			}
+			if body[i] == ']' {
+				i++
+				break
+			}
+			if body[i] != ',' {
+				return req, false
+			}
+			i = skipSpace(body, i+1)
+		}
+	}
+	i = skipSpace(body, i)
+	if i >= len(body) || body[i] != '}' {
+		return req, false
+	}
+	return req, skipSpace(body, i+1) == len(body)
+}
+
+// plainTransaction parses the object starting at b[i] when it is in the
+// plain subset: name, id and, when withKind, kind as plain strings, cost
+// as null or a plain integer, each at most once. It returns the index
+// after the object.
+func plainTransaction(b []byte, i int, withKind bool) (kvTransaction, int, bool) {
+	var (
+		t                                    kvTransaction
+		seenName, seenID, seenCost, seenKind bool
+	)
+	if i >= len(b) || b[i] != '{' {
+		return t, i, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return t, i + 1, true
+	}
+	for {
+		key, j, ok := plainString(b, i)
+		if !ok {
+			return t, i, false
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return t, i, false
+		}
+		i = skipSpace(b, i+1)
+		var seen *bool
+		switch string(key) {
+		case "name", "id":
+			v, j, ok := plainString(b, i)
+			if !ok {
+				return t, i, false
+			}
+			if string(key) == "name" {
+				seen, t.Name = &seenName, string(v)
+			} else {
+				seen, t.ID = &seenID, string(v)
 			}
 			i = j
+		case "kind":
+			v, j, ok := plainString(b, i)
+			if !ok || !withKind {
+				return t, i, false
+			}
+			seen, t.Kind, i = &seenKind, string(v), j
+		case "cost":
+			c, isNull, j, ok := plainInt(b, i)
+			if !ok {
+				return t, i, false
+			}
+			t.Cost = nil
+			if !isNull {
+				t.Cost = &c
+			}
+			seen, i = &seenCost, j
 		default:
-			return req, false
+			return t, i, false
 		}
-		i = skipSpace(body, i)
-		if i >= len(body) {
-			return req, false
+		if *seen {
+			return t, i, false // given twice: decodeStrict's error
 		}
-		switch body[i] {
+		*seen = true
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return t, i, false
+		}
+		switch b[i] {
 		case ',':
-			i = skipSpace(body, i+1)
+			i = skipSpace(b, i+1)
 		case '}':
-			return req, skipSpace(body, i+1) == len(body)
+			return t, i + 1, true
 		default:
-			return req, false
+			return t, i, false
 		}
 	}
 }

@@ -121,6 +121,94 @@ func checkPlainKVRequest(t *testing.T, body []byte) {
 	}
 }
 
+// kvBatchBodies are batch bodies, plain and not: every single body above
+// as a transaction, and the batch's own shapes.
+func kvBatchBodies() []string {
+	bodies := []string{
+		`{"transactions": [{"name": "NewOrdersPerAccount", "id": "1", "cost": 1, "kind": "check_only"}, {"name": "CertificatesPerDomain", "id": "example.com"}]}`,
+		`{"transactions":[{"name":"a","id":"1"},{"name":"b","id":"2","kind":"spend_only","cost":null}]}`,
+		" {\n \"transactions\" : [ { } , {\"kind\":\"\"} ] } ",
+		`{"transactions": []}`,
+		`{"transactions": [ ]}`,
+		`{}`,
+		`{"transactions": null}`,
+		`{"transactions": {}}`,
+		`{"transactions": [1]}`,
+		`{"transactions": [{}],}`,
+		`{"transactions": [{},]}`,
+		`{"transactions": [{} {}]}`,
+		`{"transactions": [{}]`,
+		`{"transactions": [{}]}x`,
+		`{"transactions": [], "transactions": []}`,
+		`{"Transactions": []}`,
+		`{"transactions": [], "name": "a"}`,
+		`{"transactions": [{"kind": "a", "kind": "b"}]}`,
+		`{"transactions": [{"kind": 1}]}`,
+		`{"transactions": [{"kind": "\u0041"}]}`,
+		`{"transactions": [{"Kind": "a"}]}`,
+		`{"transactions": [{"transactions": []}]}`,
+		`[{"name": "a"}]`,
+	}
+	for _, b := range kvBodies {
+		bodies = append(bodies, `{"transactions": [`+b+`]}`, `{"transactions": [{"name": "x"}, `+b+`]}`)
+	}
+	return bodies
+}
+
+// TestPlainKVBatchRequestAgreesWithDecodeStrict is the same check for a
+// batch's body.
+func TestPlainKVBatchRequestAgreesWithDecodeStrict(t *testing.T) {
+	taken := 0
+	for _, body := range kvBatchBodies() {
+		checkPlainKVBatchRequest(t, []byte(body))
+		if _, ok := plainKVBatchRequest([]byte(body)); ok {
+			taken++
+		}
+	}
+	if taken < 20 {
+		t.Errorf("the fast path took %d of the bodies, want the plain ones (at least 20)", taken)
+	}
+	for _, body := range kvBatchBodies()[:5] {
+		if _, ok := plainKVBatchRequest([]byte(body)); !ok {
+			t.Errorf("%s: left to encoding/json, want the fast path", body)
+		}
+	}
+}
+
+func FuzzPlainKVBatchRequest(f *testing.F) {
+	for _, body := range kvBatchBodies() {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkPlainKVBatchRequest(t, body)
+	})
+}
+
+// checkPlainKVBatchRequest fails when the fast path takes body and
+// decodes it otherwise than decodeStrict, or takes one decodeStrict
+// refuses.
+func checkPlainKVBatchRequest(t *testing.T, body []byte) {
+	t.Helper()
+	got, ok := plainKVBatchRequest(body)
+	if !ok {
+		return
+	}
+	var want kvBatchRequest
+	if err := decodeStrict(body, &want); err != nil {
+		t.Fatalf("%q: the fast path took it, decodeStrict refuses it: %v", body, err)
+	}
+	if (got.Transactions == nil) != (want.Transactions == nil) || len(got.Transactions) != len(want.Transactions) {
+		t.Fatalf("%q: fast path %d transactions (nil %v), decodeStrict %d (nil %v)", body,
+			len(got.Transactions), got.Transactions == nil, len(want.Transactions), want.Transactions == nil)
+	}
+	for i, g := range got.Transactions {
+		w := want.Transactions[i]
+		if g.Name != w.Name || g.ID != w.ID || g.Kind != w.Kind || costOf(g.Cost) != costOf(w.Cost) {
+			t.Fatalf("%q: transaction %d: fast path %+v (cost %v), decodeStrict %+v (cost %v)", body, i, g, costOf(g.Cost), w, costOf(w.Cost))
+		}
+	}
+}
+
 func costOf(c *int64) string {
 	if c == nil {
 		return "nil"

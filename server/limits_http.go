@@ -81,7 +81,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 	handle(methodReset, single(methodReset, limiter.ResetBucket))
 	handle(methodBatch, kvHandler(true, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
 		var req kvBatchRequest
-		if err := decodeStrict(body, &req); err != nil {
+		if err := decodeKVBatchRequest(body, &req); err != nil {
 			return nil, limiter.Decision{}, err
 		}
 		txns := make([]kvTxn, len(req.Transactions))
@@ -101,7 +101,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 				return nil, limiter.Decision{}, err
 			}
 			var req kvBatchRequest
-			if err := decodeStrict(body, &req); err != nil {
+			if err := decodeKVBatchRequest(body, &req); err != nil {
 				return nil, limiter.Decision{}, err
 			}
 			txns := make([]kvTxn, len(req.Transactions))
