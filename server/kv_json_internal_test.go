@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
@@ -77,22 +78,7 @@ var kvBodies = []string{
 // TestPlainKVRequestAgreesWithDecodeStrict checks every body the fast
 // path takes against decodeStrict: the same request, and no error.
 func TestPlainKVRequestAgreesWithDecodeStrict(t *testing.T) {
-	taken := 0
-	for _, body := range kvBodies {
-		checkPlainKVRequest(t, []byte(body))
-		if _, ok := plainKVRequest([]byte(body)); ok {
-			taken++
-		}
-	}
-	if taken < 10 {
-		t.Errorf("the fast path took %d of the bodies, want the plain ones (at least 10)", taken)
-	}
-	// The usual bodies must take it.
-	for _, body := range kvBodies[:3] {
-		if _, ok := plainKVRequest([]byte(body)); !ok {
-			t.Errorf("%s: left to encoding/json, want the fast path", body)
-		}
-	}
+	checkBodies(t, kvBodies, 3, 10, plainKVRequest, requestDiffers)
 }
 
 func FuzzPlainKVRequest(f *testing.F) {
@@ -100,25 +86,58 @@ func FuzzPlainKVRequest(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		checkPlainKVRequest(t, body)
+		agreesWithDecodeStrict(t, body, plainKVRequest, requestDiffers)
 	})
 }
 
-// checkPlainKVRequest fails when the fast path takes body and decodes it
-// otherwise than decodeStrict, or takes one decodeStrict refuses.
-func checkPlainKVRequest(t *testing.T, body []byte) {
+// checkBodies checks bodies with agreesWithDecodeStrict, that the first
+// usual of them take the fast path, and that at least taken of them do.
+func checkBodies[T any](t *testing.T, bodies []string, usual, taken int, plain func([]byte) (T, bool), differs func(got, want T) string) {
 	t.Helper()
-	got, ok := plainKVRequest(body)
+	n := 0
+	for i, body := range bodies {
+		agreesWithDecodeStrict(t, []byte(body), plain, differs)
+		_, ok := plain([]byte(body))
+		if ok {
+			n++
+		} else if i < usual {
+			t.Errorf("%s: left to encoding/json, want the fast path", body)
+		}
+	}
+	if n < taken {
+		t.Errorf("the fast path took %d of the bodies, want the plain ones (at least %d)", n, taken)
+	}
+}
+
+// agreesWithDecodeStrict fails when plain takes body and decodes it
+// otherwise than decodeStrict (differs describes how), or takes one
+// decodeStrict refuses.
+func agreesWithDecodeStrict[T any](t *testing.T, body []byte, plain func([]byte) (T, bool), differs func(got, want T) string) {
+	t.Helper()
+	got, ok := plain(body)
 	if !ok {
 		return
 	}
-	var want kvRequest
+	var want T
 	if err := decodeStrict(body, &want); err != nil {
 		t.Fatalf("%q: the fast path took it, decodeStrict refuses it: %v", body, err)
 	}
-	if got.Name != want.Name || got.ID != want.ID || (got.Cost == nil) != (want.Cost == nil) || (got.Cost != nil && *got.Cost != *want.Cost) {
-		t.Fatalf("%q: fast path %+v (cost %v), decodeStrict %+v (cost %v)", body, got, costOf(got.Cost), want, costOf(want.Cost))
+	if d := differs(got, want); d != "" {
+		t.Fatalf("%q: %s", body, d)
 	}
+}
+
+// requestDiffers describes how two single requests differ, "" if not.
+func requestDiffers(got, want kvRequest) string {
+	return transactionDiffers(kvTransaction{Name: got.Name, ID: got.ID, Cost: got.Cost}, kvTransaction{Name: want.Name, ID: want.ID, Cost: want.Cost})
+}
+
+// transactionDiffers describes how two transactions differ, "" if not.
+func transactionDiffers(got, want kvTransaction) string {
+	if got.Name != want.Name || got.ID != want.ID || got.Kind != want.Kind || costOf(got.Cost) != costOf(want.Cost) {
+		return fmt.Sprintf("fast path %+v (cost %v), decodeStrict %+v (cost %v)", got, costOf(got.Cost), want, costOf(want.Cost))
+	}
+	return ""
 }
 
 // kvBatchBodies are batch bodies, plain and not: every single body above
@@ -158,21 +177,7 @@ func kvBatchBodies() []string {
 // TestPlainKVBatchRequestAgreesWithDecodeStrict is the same check for a
 // batch's body.
 func TestPlainKVBatchRequestAgreesWithDecodeStrict(t *testing.T) {
-	taken := 0
-	for _, body := range kvBatchBodies() {
-		checkPlainKVBatchRequest(t, []byte(body))
-		if _, ok := plainKVBatchRequest([]byte(body)); ok {
-			taken++
-		}
-	}
-	if taken < 20 {
-		t.Errorf("the fast path took %d of the bodies, want the plain ones (at least 20)", taken)
-	}
-	for _, body := range kvBatchBodies()[:5] {
-		if _, ok := plainKVBatchRequest([]byte(body)); !ok {
-			t.Errorf("%s: left to encoding/json, want the fast path", body)
-		}
-	}
+	checkBodies(t, kvBatchBodies(), 5, 20, plainKVBatchRequest, batchDiffers)
 }
 
 func FuzzPlainKVBatchRequest(f *testing.F) {
@@ -180,33 +185,22 @@ func FuzzPlainKVBatchRequest(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		checkPlainKVBatchRequest(t, body)
+		agreesWithDecodeStrict(t, body, plainKVBatchRequest, batchDiffers)
 	})
 }
 
-// checkPlainKVBatchRequest fails when the fast path takes body and
-// decodes it otherwise than decodeStrict, or takes one decodeStrict
-// refuses.
-func checkPlainKVBatchRequest(t *testing.T, body []byte) {
-	t.Helper()
-	got, ok := plainKVBatchRequest(body)
-	if !ok {
-		return
-	}
-	var want kvBatchRequest
-	if err := decodeStrict(body, &want); err != nil {
-		t.Fatalf("%q: the fast path took it, decodeStrict refuses it: %v", body, err)
-	}
+// batchDiffers describes how two batch requests differ, "" if not.
+func batchDiffers(got, want kvBatchRequest) string {
 	if (got.Transactions == nil) != (want.Transactions == nil) || len(got.Transactions) != len(want.Transactions) {
-		t.Fatalf("%q: fast path %d transactions (nil %v), decodeStrict %d (nil %v)", body,
+		return fmt.Sprintf("fast path %d transactions (nil %v), decodeStrict %d (nil %v)",
 			len(got.Transactions), got.Transactions == nil, len(want.Transactions), want.Transactions == nil)
 	}
 	for i, g := range got.Transactions {
-		w := want.Transactions[i]
-		if g.Name != w.Name || g.ID != w.ID || g.Kind != w.Kind || costOf(g.Cost) != costOf(w.Cost) {
-			t.Fatalf("%q: transaction %d: fast path %+v (cost %v), decodeStrict %+v (cost %v)", body, i, g, costOf(g.Cost), w, costOf(w.Cost))
+		if d := transactionDiffers(g, want.Transactions[i]); d != "" {
+			return fmt.Sprintf("transaction %d: %s", i, d)
 		}
 	}
+	return ""
 }
 
 func costOf(c *int64) string {
