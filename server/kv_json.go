@@ -239,6 +239,20 @@ func plainInt(b []byte, i int) (int64, bool, int, bool) {
 	return int64(n), false, j, true
 }
 
+// kvAnswer is a key-value HTTP answer: a decision, or a batch's.
+type kvAnswer interface {
+	// json returns the answer as json.Marshal writes it, then a newline.
+	json() []byte
+}
+
+func (d *kvDecision) json() []byte {
+	return append(appendKVDecision(make([]byte, 0, 256), d), '\n')
+}
+
+func (r *kvBatchResponse) json() []byte {
+	return append(appendKVBatchResponse(make([]byte, 0, 256*(1+len(r.Results))), r), '\n')
+}
+
 // appendKVDecision appends d as json.Marshal writes it.
 func appendKVDecision(dst []byte, d *kvDecision) []byte {
 	dst = append(dst, `{"allowed":`...)

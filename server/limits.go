@@ -505,14 +505,15 @@ type decisionBox struct {
 // protobuf. x must be new, as the answer points into it.
 func (x *decisionBox) proto(d limiter.Decision, b limits.Bucket) *sluicev1.Decision {
 	l := &x.limit
-	l.Period = setDuration(&x.period, 0)
+	var period time.Duration
 	if b.Enabled {
-		l.Burst, l.Count, l.Period = b.Limit.Burst, b.Limit.Count, setDuration(&x.period, b.Limit.Period)
+		l.Burst, l.Count, period = b.Limit.Burst, b.Limit.Count, b.Limit.Period
 		l.Source = sluicev1.Limit_DEFAULT
 		if b.Override {
 			l.Source = sluicev1.Limit_OVERRIDE
 		}
 	}
+	l.Period = setDuration(&x.period, period)
 	p := &x.decision
 	p.Allowed, p.Remaining = d.Allowed, d.Remaining
 	p.RetryIn, p.ResetIn = setDuration(&x.retryIn, d.RetryIn), setDuration(&x.resetIn, d.ResetIn)

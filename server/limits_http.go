@@ -49,7 +49,7 @@ import (
 // Mount it for the path prefix /v1/.
 func KVHTTPHandler(kv *KV) http.Handler {
 	single := func(method string, kind limiter.Kind) http.Handler {
-		return kvHandler(method != methodRefund && method != methodReset, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
+		return kvHandler(method != methodRefund && method != methodReset, func(r *http.Request, body []byte) (kvAnswer, limiter.Decision, error) {
 			if err := kv.admin(method, func() error { return kv.guard.allowHTTP(r) }); err != nil {
 				return nil, limiter.Decision{}, err
 			}
@@ -79,7 +79,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 	handle(methodSpend, single(methodSpend, limiter.CheckAndSpend))
 	handle(methodRefund, single(methodRefund, limiter.RefundBucket))
 	handle(methodReset, single(methodReset, limiter.ResetBucket))
-	handle(methodBatch, kvHandler(true, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
+	handle(methodBatch, kvHandler(true, func(r *http.Request, body []byte) (kvAnswer, limiter.Decision, error) {
 		var req kvBatchRequest
 		if err := decodeKVBatchRequest(body, &req); err != nil {
 			return nil, limiter.Decision{}, err
@@ -96,7 +96,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 		return kv.batchJSON(r, methodBatch, txns)
 	}))
 	adminBatch := func(method string) http.Handler {
-		return kvHandler(false, func(r *http.Request, body []byte) (any, limiter.Decision, error) {
+		return kvHandler(false, func(r *http.Request, body []byte) (kvAnswer, limiter.Decision, error) {
 			if err := kv.admin(method, func() error { return kv.guard.allowHTTP(r) }); err != nil {
 				return nil, limiter.Decision{}, err
 			}
@@ -135,7 +135,7 @@ func KVHTTPHandler(kv *KV) http.Handler {
 
 // batchJSON answers a batch of txns over HTTP: the combined decision's
 // fields plus "results", one decision per transaction.
-func (kv *KV) batchJSON(r *http.Request, method string, txns []kvTxn) (any, limiter.Decision, error) {
+func (kv *KV) batchJSON(r *http.Request, method string, txns []kvTxn) (kvAnswer, limiter.Decision, error) {
 	a, err := kv.decideBatch(r.Context(), method, txns)
 	if kv.tracer != nil {
 		tracing.Annotate(trace.SpanFromContext(r.Context()), err, tracing.KeyTransactions.Int(len(txns)), tracing.KeyAllowed.Bool(a.decision.Allowed))
@@ -153,7 +153,7 @@ func (kv *KV) batchJSON(r *http.Request, method string, txns []kvTxn) (any, limi
 // kvHandler runs serve for POST requests and writes its answer: 200 with
 // the JSON, plus Retry-After when the decision is denied and retry is set;
 // or the error's status.
-func kvHandler(retry bool, serve func(r *http.Request, body []byte) (answer any, d limiter.Decision, err error)) http.Handler {
+func kvHandler(retry bool, serve func(r *http.Request, body []byte) (answer kvAnswer, d limiter.Decision, err error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -170,23 +170,11 @@ func kvHandler(retry bool, serve func(r *http.Request, body []byte) (answer any,
 			writeError(w, httpStatus(err), "%s", err.Error())
 			return
 		}
-		var out []byte
-		switch a := answer.(type) {
-		case *kvDecision:
-			out = appendKVDecision(make([]byte, 0, 256), a)
-		case *kvBatchResponse:
-			out = appendKVBatchResponse(make([]byte, 0, 256*(1+len(a.Results))), a)
-		default:
-			if out, err = json.Marshal(answer); err != nil {
-				writeError(w, http.StatusInternalServerError, "encode response: %v", err)
-				return
-			}
-		}
 		w.Header()["Content-Type"] = jsonContentType
 		if retry && !d.Allowed {
 			w.Header().Set("Retry-After", strconv.FormatInt(limiter.RetryAfter(d.RetryIn), 10))
 		}
-		_, _ = w.Write(append(out, '\n'))
+		_, _ = w.Write(answer.json())
 	})
 }
 
