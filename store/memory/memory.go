@@ -515,7 +515,11 @@ func (sh *shard) makeRoom(nowNs int64, c int64) bool {
 	return sh.fits(c)
 }
 
-// scan examines up to budget buckets (and at most four times as many
+// slotsPerBucket bounds the slots a scan looks at: that many for each
+// bucket of its budget, so that a sparse table is not walked end to end.
+const slotsPerBucket = 4
+
+// scan examines up to budget buckets (and at most slotsPerBucket times as many
 // slots), from the table's cursor on, removing the expired ones, until
 // done reports true after a removal; then it shrinks the table if it has
 // become sparse. requires sh.mu held.
@@ -523,7 +527,7 @@ func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
 	t := &sh.tab
 	m := t.mask()
 	i := t.cursor & m
-	for slots := 4 * budget; budget > 0 && slots > 0; slots-- {
+	for slots := slotsPerBucket * budget; budget > 0 && slots > 0; slots-- {
 		e := &t.slots[i]
 		if e.hash == 0 {
 			i = (i + 1) & m

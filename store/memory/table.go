@@ -138,12 +138,12 @@ func (t *table) remove(i int) {
 func (t *table) grow() { t.resize(2 * len(t.slots)) }
 
 // minShrunk is the fewest slots shrink leaves: as many as one sweep
-// looks at (4 * sweepBudget). A sweep reaches every slot of a table that
+// looks at (slotsPerBucket * sweepBudget). A sweep reaches every slot of a table that
 // small and removes every expired bucket, so its count swings between
 // none and the inserts since the last sweep; halving it further only
 // makes it grow again, an allocation and a move of every slot each time
 // (a shard churning through short-lived buckets did so again and again).
-const minShrunk = 4 * sweepBudget
+const minShrunk = slotsPerBucket * sweepBudget
 
 // shrink halves the table while it is less than an eighth full and longer
 // than minShrunk, and reports whether it did: a table whose buckets have
