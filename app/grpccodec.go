@@ -15,9 +15,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/rlswire"
 )
 
-// requestCodec is the gRPC server's codec: grpc-go's proto codec, with the
-// usual Envoy request decoded by rlswire instead, and except that a request that does not decode (invalid UTF-8 in a string field, a
-// truncated message) is the caller's fault, InvalidArgument, where grpc-go
+// requestCodec is the gRPC server's codec: grpc-go's proto codec, but
+// for the usual Envoy request, which rlswire decodes, and for a request
+// that does not decode (invalid UTF-8 in a string field, a truncated
+// message), which is the caller's fault, InvalidArgument, where grpc-go
 // answers Internal. grpc-go turns any error a codec returns into Internal
 // (rpc_util.go, recv), so Unmarshal reports success and notes the error
 // against the message; the interceptors (interceptors) answer it before
