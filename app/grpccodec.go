@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-rl/sluice/internal/h2grpc"
 	"github.com/sluice-rl/sluice/internal/rlswire"
 )
 
@@ -29,6 +30,8 @@ type requestCodec struct {
 	failed sync.Map // message (a pointer) → its *status.Status error
 }
 
+var _ h2grpc.ReleasingCodec = (*requestCodec)(nil)
+
 func newRequestCodec() *requestCodec {
 	return &requestCodec{CodecV2: encoding.GetCodecV2("proto")}
 }
@@ -39,10 +42,30 @@ func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if req, ok := v.(*rlsv3.RateLimitRequest); ok && len(data) == 1 && rlswire.Unmarshal(data[0].ReadOnlyData(), req) {
 		return nil
 	}
+	return c.protobuf(data, v)
+}
+
+// protobuf decodes v with protobuf, noting the error of a message that
+// does not decode.
+func (c *requestCodec) protobuf(data mem.BufferSlice, v any) error {
 	if err := c.CodecV2.Unmarshal(data, v); err != nil {
 		c.failed.Store(v, status.Errorf(codes.InvalidArgument, "invalid request: %v", err))
 	}
 	return nil
+}
+
+// UnmarshalReleasing is Unmarshal for h2grpc's unary calls: the usual
+// Envoy request's descriptors and entries go into rlswire's pooled
+// arrays, which h2grpc releases once the call is over.
+func (c *requestCodec) UnmarshalReleasing(data mem.BufferSlice, v any) (h2grpc.Releaser, error) {
+	if req, ok := v.(*rlsv3.RateLimitRequest); ok && len(data) == 1 {
+		a := rlswire.Get()
+		if a.Unmarshal(data[0].ReadOnlyData(), req) {
+			return a, nil
+		}
+		a.Release()
+	}
+	return nil, c.protobuf(data, v)
 }
 
 // check returns the InvalidArgument error of a message that did not

@@ -31,6 +31,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
+	"github.com/sluice-rl/sluice/internal/h2grpc"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limiter"
 )
@@ -239,17 +240,17 @@ func (s *RLS) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	if err := s.opts.Limiter.CountWithAt(ctx, &sc.count, at, sc.txns, sc.decisions); err != nil {
 		return nil, fmt.Errorf("count descriptors: %w", err)
 	}
-	return s.answer(req, sc, at), nil
+	return s.answer(ctx, req, sc, at), nil
 }
 
 // answer makes req's response from the decisions in sc, which prepare
 // filled and the limiter decided at at, and logs the request when asked
 // to.
-func (s *RLS) answer(req *rlsv3.RateLimitRequest, sc *scratch, at time.Time) *rlsv3.RateLimitResponse {
+func (s *RLS) answer(ctx context.Context, req *rlsv3.RateLimitRequest, sc *scratch, at time.Time) *rlsv3.RateLimitResponse {
 	if s.opts.RequestLog != nil {
 		s.opts.RequestLog(at, req)
 	}
-	resp := s.respond(sc.checks, sc.rules, sc.keys, sc.decisions)
+	resp := s.respond(ctx, sc.checks, sc.rules, sc.keys, sc.decisions)
 	if s.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, sc.checks)
 	}
@@ -462,10 +463,14 @@ func (sc *scratch) release() {
 // A descriptor with several limits (rate_limits) is over when any of them
 // is; its status reports the limit closest to its own: an over one before
 // the others, then the least remaining, then the longest reset.
-func (s *RLS) respond(checks []check, rules []*descriptors.Rule, keys []string, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
+func (s *RLS) respond(ctx context.Context, checks []check, rules []*descriptors.Rule, keys []string, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	var answers []descriptorAnswer
-	if len(checks) == 1 {
+	if b := responsePool.Get().(*responseBlock); h2grpc.OnDone(ctx, b) {
+		// A call of h2grpc: the messages are reused once it has encoded
+		// them.
+		resp, answers = b.use(len(checks))
+	} else if responsePool.Put(b); len(checks) == 1 {
 		// The usual request: every message in one allocation.
 		one := new(oneResponse)
 		resp, answers = &one.resp, one.answer[:]
@@ -608,6 +613,38 @@ type oneResponse struct {
 	resp   rlsv3.RateLimitResponse
 	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	answer [1]descriptorAnswer
+}
+
+// responseBlock holds the messages of a response that h2grpc releases
+// (h2grpc.OnDone) once it has encoded them, for the next response.
+type responseBlock struct {
+	resp    rlsv3.RateLimitResponse
+	ptrs    []*rlsv3.RateLimitResponse_DescriptorStatus
+	answers []descriptorAnswer
+}
+
+var responsePool = sync.Pool{New: func() any { return new(responseBlock) }}
+
+// maxPooledAnswers bounds the descriptors of the responses whose messages
+// are kept for reuse.
+const maxPooledAnswers = 64
+
+// use returns b's response, with n statuses, and their messages.
+func (b *responseBlock) use(n int) (*rlsv3.RateLimitResponse, []descriptorAnswer) {
+	b.ptrs, b.answers = sized(b.ptrs, n), sized(b.answers, n)
+	b.resp.Statuses = b.ptrs[:n:n]
+	return &b.resp, b.answers
+}
+
+// Release clears b, which nothing reads any more, and keeps it for reuse
+// when of a usual size.
+func (b *responseBlock) Release() {
+	b.resp = rlsv3.RateLimitResponse{}
+	clear(b.ptrs)
+	clear(b.answers)
+	if cap(b.answers) <= maxPooledAnswers {
+		responsePool.Put(b)
+	}
 }
 
 // descriptorAnswer holds the messages of one descriptor's status.

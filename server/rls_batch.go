@@ -79,7 +79,7 @@ func (s *RLS) ShouldRateLimits(calls []RLSCall) {
 				}
 			}
 			if c.Err == nil {
-				c.Resp = s.answer(c.Req, sc, at)
+				c.Resp = s.answer(c.Ctx, c.Req, sc, at)
 			}
 		}
 		s.finished(c.Ctx, c.Req, start, c.Resp, c.Err)

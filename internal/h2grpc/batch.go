@@ -107,6 +107,7 @@ func (c *conn) dispatchBatches() {
 // flushes their answers together.
 func (b *batch) run() {
 	for _, st := range b.streams {
+		st.done = st.doneBuf[:0]
 		b.calls = append(b.calls, Call{st: st})
 	}
 	b.m.batch(b.calls)
@@ -119,10 +120,12 @@ func (b *batch) run() {
 			if err == nil {
 				err = status.Error(codes.Internal, "h2grpc: the batch handler set neither a reply nor an error")
 			}
+			st.release()
 			st.finish(statusOf(err), nil)
 			continue
 		}
 		msg, err := st.encode(call.Reply)
+		st.release()
 		if err != nil {
 			st.finish(status.Newf(codes.Internal, "grpc: error while marshaling: %v", err), nil)
 			continue

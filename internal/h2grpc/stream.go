@@ -74,6 +74,12 @@ type stream struct {
 	ended      bool // trailers or RST_STREAM went out, or the stream was aborted
 	header     metadata.MD
 	trailer    metadata.MD
+
+	// done is what a unary call registered to be released once it is over
+	// (OnDone, ReleasingCodec), in doneBuf unless more than two. Only the
+	// goroutine that runs the call touches it.
+	done    []Releaser
+	doneBuf [2]Releaser
 }
 
 type queued struct {
@@ -442,12 +448,15 @@ func (st *stream) run() {
 		st.runStream()
 		return
 	}
+	st.done = st.doneBuf[:0]
 	reply, err := m.unary(m.srv, st.ctx, st.decode, st.c.s.unary)
 	if err != nil {
+		st.release()
 		st.finish(statusOf(err), nil)
 		return
 	}
 	msg, err := st.encode(reply)
+	st.release()
 	if err != nil {
 		st.finish(status.Newf(codes.Internal, "grpc: error while marshaling: %v", err), nil)
 		return
@@ -487,7 +496,16 @@ func (st *stream) unmarshal(q queued, v any) error {
 			return status.Errorf(codes.ResourceExhausted, "grpc: received message after decompression larger than max %d", limit)
 		}
 	}
-	if err := st.c.s.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v); err != nil {
+	var err error
+	if rc, ok := st.c.s.opts.Codec.(ReleasingCodec); ok && st.m.stream == nil {
+		var r Releaser
+		if r, err = rc.UnmarshalReleasing(mem.BufferSlice{mem.SliceBuffer(data)}, v); r != nil {
+			st.done = append(st.done, r)
+		}
+	} else {
+		err = st.c.s.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v)
+	}
+	if err != nil {
 		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 	}
 	return nil

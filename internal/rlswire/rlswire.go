@@ -15,6 +15,7 @@
 package rlswire
 
 import (
+	"sync"
 	"unicode/utf8"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -52,6 +53,58 @@ const (
 // array each for the descriptors, the entries and their pointers, and a
 // UInt64Value per descriptor that has a hits_addend.
 func Unmarshal(b []byte, req *rlsv3.RateLimitRequest) bool {
+	var a Arrays
+	return a.Unmarshal(b, req)
+}
+
+// Arrays holds the descriptors and entries of a decoded request, and
+// their pointers, for the next request once nothing reads this one. The
+// zero value is ready to use; Get takes one from the package's pool and
+// Release gives it back. An Arrays is not safe for concurrent use.
+type Arrays struct {
+	descs   []ratelimitv3.RateLimitDescriptor
+	dptrs   []*ratelimitv3.RateLimitDescriptor
+	entries []ratelimitv3.RateLimitDescriptor_Entry
+	eptrs   []*ratelimitv3.RateLimitDescriptor_Entry
+}
+
+var pool = sync.Pool{New: func() any { return new(Arrays) }}
+
+// Get returns Arrays from the package's pool.
+func Get() *Arrays { return pool.Get().(*Arrays) }
+
+// Release clears a, so that it keeps no request's strings, and gives it
+// back to the pool when its arrays are of a usual size. Nothing may read
+// the request a decoded last after this.
+func (a *Arrays) Release() {
+	a.clear()
+	if cap(a.descs) <= maxPooledDescriptors && cap(a.entries) <= maxPooledEntries {
+		pool.Put(a)
+	}
+}
+
+// The largest arrays Release keeps for reuse: most requests have a
+// descriptor or a few, of an entry or a few each.
+const (
+	maxPooledDescriptors = 64
+	maxPooledEntries     = 256
+)
+
+// clear zeroes what the last request used, and forgets it.
+func (a *Arrays) clear() {
+	clear(a.descs)
+	clear(a.dptrs)
+	clear(a.entries)
+	clear(a.eptrs)
+	a.descs, a.dptrs, a.entries, a.eptrs = a.descs[:0], a.dptrs[:0], a.entries[:0], a.eptrs[:0]
+}
+
+// Unmarshal is the package's Unmarshal, with the descriptors and entries
+// in a's arrays, which replace those of the last request a decoded: that
+// request must no longer be read. It allocates the copy of b's bytes, and
+// the arrays only when they are too short.
+func (a *Arrays) Unmarshal(b []byte, req *rlsv3.RateLimitRequest) bool {
+	a.clear()
 	req.Reset()
 	if len(b) > MaxBytes {
 		return false
@@ -63,16 +116,10 @@ func Unmarshal(b []byte, req *rlsv3.RateLimitRequest) bool {
 	// Strings are cut from one copy of the message; nothing else refers
 	// to it.
 	text := string(b)
-	var descs []ratelimitv3.RateLimitDescriptor
+	a.descs, a.dptrs = sized(a.descs, nDesc), sized(a.dptrs, nDesc)
+	a.entries, a.eptrs = sized(a.entries, nEntries), sized(a.eptrs, nEntries)
 	if nDesc > 0 {
-		descs = make([]ratelimitv3.RateLimitDescriptor, nDesc)
-		req.Descriptors = make([]*ratelimitv3.RateLimitDescriptor, nDesc)
-	}
-	var entries []ratelimitv3.RateLimitDescriptor_Entry
-	var ptrs []*ratelimitv3.RateLimitDescriptor_Entry
-	if nEntries > 0 {
-		entries = make([]ratelimitv3.RateLimitDescriptor_Entry, nEntries)
-		ptrs = make([]*ratelimitv3.RateLimitDescriptor_Entry, nEntries)
+		req.Descriptors = a.dptrs[:nDesc:nDesc]
 	}
 	d, e := 0, 0
 	for off := 0; off < len(b); {
@@ -87,16 +134,16 @@ func Unmarshal(b []byte, req *rlsv3.RateLimitRequest) bool {
 			v, n := consumeBytes(b[off:])
 			start := off + n - len(v)
 			off += n
-			desc := &descs[d]
-			req.Descriptors[d] = desc
+			desc := &a.descs[d]
+			a.dptrs[d] = desc
 			d++
 			k := e
-			e = descriptor(v, text[start:start+len(v)], desc, entries, e)
+			e = descriptor(v, text[start:start+len(v)], desc, a.entries, e)
 			if e > k {
-				desc.Entries = ptrs[k:e:e]
+				desc.Entries = a.eptrs[k:e:e]
 			}
 			for i := k; i < e; i++ {
-				ptrs[i] = &entries[i]
+				a.eptrs[i] = &a.entries[i]
 			}
 		default: // reqHitsAddend, as count checked
 			v, n := protowire.ConsumeVarint(b[off:])
@@ -105,6 +152,14 @@ func Unmarshal(b []byte, req *rlsv3.RateLimitRequest) bool {
 		}
 	}
 	return true
+}
+
+// sized returns s with length n, reusing its array when large enough.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // descriptor fills desc from its message v (text holds the same bytes),

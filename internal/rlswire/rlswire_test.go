@@ -106,12 +106,21 @@ func wireCases(t testing.TB) []wireCase {
 	}
 }
 
+// reused are the Arrays agrees decodes every message with again, after
+// the message before.
+var reused Arrays
+
 // agrees checks that Unmarshal decodes b to what protobuf decodes, when it
-// decodes b at all, and returns whether it did.
+// decodes b at all, and the same into reused arrays, and returns whether
+// it did.
 func agrees(t *testing.T, name string, b []byte) bool {
 	t.Helper()
 	var fast rlsv3.RateLimitRequest
 	decoded := Unmarshal(b, &fast)
+	var again rlsv3.RateLimitRequest
+	if reused.Unmarshal(b, &again) != decoded || !proto.Equal(&again, &fast) {
+		t.Errorf("%s: decoded into reused arrays to %v, want %v", name, &again, &fast)
+	}
 	if !decoded {
 		if !proto.Equal(&fast, &rlsv3.RateLimitRequest{}) {
 			t.Errorf("%s: declined, but left %v in the request", name, &fast)
@@ -181,6 +190,49 @@ func TestUnmarshalAllocations(t *testing.T) {
 	})
 	if allocs > 5 {
 		t.Errorf("%.0f allocations, want at most 5", allocs)
+	}
+}
+
+// TestArraysAreReused checks that Arrays decode request after request
+// into the same arrays, each request as protobuf decodes it, allocating
+// only the copy of its bytes; and that Release leaves no string behind.
+func TestArraysAreReused(t *testing.T) {
+	msgs := [][]byte{
+		marshal(t, request("bench", []string{"k0", "1"}, []string{"k1", "2"}, []string{"k2", "3"}, []string{"k3", "4"}, []string{"k4", "5"})),
+		marshal(t, request("edge_proxy", []string{"remote_address", "203.0.113.9", "path", "/"})),
+		marshal(t, request("d", []string{"a", "b"}, []string{"c", "d", "e", "f"})),
+	}
+	a := Get()
+	var req rlsv3.RateLimitRequest
+	for round := range 3 {
+		for i, b := range msgs {
+			allocs := testing.AllocsPerRun(10, func() {
+				if !a.Unmarshal(b, &req) {
+					t.Fatalf("message %d declined", i)
+				}
+			})
+			var want rlsv3.RateLimitRequest
+			if err := proto.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(&req, &want) {
+				t.Errorf("round %d, message %d: got %v, want %v", round, i, &req, &want)
+			}
+			if allocs > 1 {
+				t.Errorf("round %d, message %d: %.0f allocations, want 1 (the strings)", round, i, allocs)
+			}
+		}
+	}
+	a.Release()
+	for i := range a.descs[:cap(a.descs)] {
+		if len(a.descs[:cap(a.descs)][i].Entries) != 0 || a.dptrs[:cap(a.dptrs)][i] != nil {
+			t.Errorf("descriptor %d kept after Release", i)
+		}
+	}
+	for i := range a.entries[:cap(a.entries)] {
+		if e := &a.entries[:cap(a.entries)][i]; e.Key != "" || e.Value != "" || a.eptrs[:cap(a.eptrs)][i] != nil {
+			t.Errorf("entry %d kept after Release: %q=%q", i, e.Key, e.Value)
+		}
 	}
 }
 
