@@ -57,15 +57,15 @@ func (c *requestCodec) protobuf(data mem.BufferSlice, v any) error {
 // UnmarshalReleasing is Unmarshal for h2grpc's unary calls: the usual
 // Envoy request's descriptors and entries go into rlswire's pooled
 // arrays, which h2grpc releases once the call is over.
-func (c *requestCodec) UnmarshalReleasing(data mem.BufferSlice, v any) (h2grpc.Releaser, error) {
-	if req, ok := v.(*rlsv3.RateLimitRequest); ok && len(data) == 1 {
+func (c *requestCodec) UnmarshalReleasing(data []byte, v any) (h2grpc.Releaser, error) {
+	if req, ok := v.(*rlsv3.RateLimitRequest); ok {
 		a := rlswire.Get()
-		if a.Unmarshal(data[0].ReadOnlyData(), req) {
+		if a.Unmarshal(data, req) {
 			return a, nil
 		}
 		a.Release()
 	}
-	return nil, c.protobuf(data, v)
+	return nil, c.protobuf(mem.BufferSlice{mem.SliceBuffer(data)}, v)
 }
 
 // check returns the InvalidArgument error of a message that did not

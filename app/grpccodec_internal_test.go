@@ -42,13 +42,13 @@ func TestRequestCodecAllocations(t *testing.T) {
 	// Through h2grpc, which releases the arrays once the call is over:
 	// only the copy of the message's bytes is allocated.
 	allocs = testing.AllocsPerRun(100, func() {
-		r, err := c.UnmarshalReleasing(data, &got)
+		r, err := c.UnmarshalReleasing(b, &got)
 		if err != nil || r == nil {
 			t.Fatalf("got %v, %v, want arrays to release", r, err)
 		}
 		r.Release()
 	})
-	r, err := c.UnmarshalReleasing(data, &got)
+	r, err := c.UnmarshalReleasing(b, &got)
 	if err != nil || r == nil || !proto.Equal(&got, want) {
 		t.Fatalf("got %v, %v, %v, want %v and arrays to release", &got, r, err, want)
 	}
@@ -71,7 +71,7 @@ func TestRequestCodecAllocations(t *testing.T) {
 		t.Fatalf("with a limit override: got %v (%v), want %v", &override, err, want)
 	}
 	var released rlsv3.RateLimitRequest
-	if r, err := c.UnmarshalReleasing(mem.BufferSlice{mem.SliceBuffer(b)}, &released); r != nil || err != nil {
+	if r, err := c.UnmarshalReleasing(b, &released); r != nil || err != nil {
 		t.Fatalf("with a limit override: got %v, %v, want nothing to release", r, err)
 	}
 	if err := c.check(&released); err != nil || !proto.Equal(&released, want) {

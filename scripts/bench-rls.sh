@@ -39,6 +39,7 @@
 # Redis and the load generator to LOAD_CPUS (taskset -c), so that the
 # server under test has cores of its own, as in a deployment.
 # BASE_BIN, a sluice binary built elsewhere (say at an older commit), adds
+# "sluice memory base", that binary with the memory store, and
 # "sluice redis base": that binary on the same Redis with the same flags as
 # "sluice redis", measured in the same rounds, for an interleaved A/B.
 # REDIS_CLUSTER=1 also starts a Redis Cluster of three masters (ports
@@ -174,6 +175,11 @@ if [ -n "${BASE_BIN:-}" ]; then
   pids+=($!)
   names+=("sluice redis base") addrs+=("127.0.0.1:48087") spids+=($!)
   wait_port 48087 $!
+  env ${server_env[@]+"${server_env[@]}"} ${server_pin[@]+"${server_pin[@]}"} "$work/sluice-base" serve --config "$CONFIG" --grpc-addr 127.0.0.1:48097 \
+    --http-addr 127.0.0.1:48096 --debug-addr off --log-level warn &
+  pids+=($!)
+  names+=("sluice memory base") addrs+=("127.0.0.1:48097") spids+=($!)
+  wait_port 48097 $!
 fi
 if [ ${#cluster_addrs[@]} -gt 0 ]; then
   serve_sluice "sluice redis cluster" 48089 --store redis --redis-mode cluster --redis-addr "$(IFS=,; echo "${cluster_addrs[*]}")"

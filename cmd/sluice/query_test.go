@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/internal/apptest"
 )
 
@@ -40,7 +41,12 @@ func startService(t *testing.T, tweak func(*app.Options)) string {
 }
 
 func TestQuery(t *testing.T) {
-	addr := startService(t, func(o *app.Options) { o.ResponseHeaders = true })
+	// Half past the hour, on a clock that stays there: in an hour's first
+	// minute the minute's window and the hour's begin together, and share
+	// a counter key (as envoyproxy/ratelimit's do), so that the --limit
+	// 100/hour step would count on user=ann's minute.
+	clk := clock.NewFake(time.Date(2026, 1, 1, 10, 30, 0, 0, time.UTC))
+	addr := apptest.Start(t, map[string]string{"shop.yaml": queryDomain}, func(o *app.Options) { o.ResponseHeaders = true }, clk).GRPCAddr()
 	// The steps share the service's counters, in order: user=ann has 2 a
 	// minute.
 	steps := []struct {

@@ -5,7 +5,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 )
 
 // A Releaser is memory a unary call used — its request's or its answer's
@@ -22,9 +21,10 @@ type Releaser interface {
 // once the call is over. Streaming calls' messages go through Unmarshal.
 type ReleasingCodec interface {
 	encoding.CodecV2
-	// UnmarshalReleasing is Unmarshal, and returns what to release once
-	// the call is over, or nil.
-	UnmarshalReleasing(data mem.BufferSlice, v any) (Releaser, error)
+	// UnmarshalReleasing is Unmarshal of the message's bytes, which it
+	// must not keep, and returns what to release once the call is over,
+	// or nil.
+	UnmarshalReleasing(data []byte, v any) (Releaser, error)
 }
 
 // OnDone has r released once the unary call of ctx is over: when its

@@ -52,8 +52,8 @@ type releasingCodec struct {
 	ev *events
 }
 
-func (c releasingCodec) UnmarshalReleasing(data mem.BufferSlice, v any) (Releaser, error) {
-	if err := c.Unmarshal(data, v); err != nil {
+func (c releasingCodec) UnmarshalReleasing(data []byte, v any) (Releaser, error) {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v); err != nil {
 		return nil, err
 	}
 	return &released{c.ev, "request " + string(v.(*wrapperspb.BytesValue).GetValue())}, nil

@@ -499,7 +499,7 @@ func (st *stream) unmarshal(q queued, v any) error {
 	var err error
 	if rc, ok := st.c.s.opts.Codec.(ReleasingCodec); ok && st.m.stream == nil {
 		var r Releaser
-		if r, err = rc.UnmarshalReleasing(mem.BufferSlice{mem.SliceBuffer(data)}, v); r != nil {
+		if r, err = rc.UnmarshalReleasing(data, v); r != nil {
 			st.done = append(st.done, r)
 		}
 	} else {
