@@ -256,6 +256,17 @@ func BenchmarkUnmarshal(b *testing.B) {
 			}
 		}
 	})
+	b.Run("rlswire, arrays reused", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req rlsv3.RateLimitRequest
+			a := Get()
+			if !a.Unmarshal(msg, &req) {
+				b.Fatal("declined")
+			}
+			a.Release()
+		}
+	})
 	b.Run("protobuf", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
