@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/internal/h2grpc"
 	"github.com/sluice-rl/sluice/internal/rlswire"
@@ -30,7 +31,10 @@ type requestCodec struct {
 	failed sync.Map // message (a pointer) → its *status.Status error
 }
 
-var _ h2grpc.ReleasingCodec = (*requestCodec)(nil)
+var (
+	_ h2grpc.ReleasingCodec = (*requestCodec)(nil)
+	_ h2grpc.AppendingCodec = (*requestCodec)(nil)
+)
 
 func newRequestCodec() *requestCodec {
 	return &requestCodec{CodecV2: encoding.GetCodecV2("proto")}
@@ -66,6 +70,22 @@ func (c *requestCodec) UnmarshalReleasing(data []byte, v any) (h2grpc.Releaser, 
 		a.Release()
 	}
 	return nil, c.protobuf(mem.BufferSlice{mem.SliceBuffer(data)}, v)
+}
+
+// AppendMarshal appends v's encoding to dst, as Marshal encodes it: h2grpc
+// writes an answer after its gRPC prefix this way, without the proto
+// codec's buffers and their copy.
+func (c *requestCodec) AppendMarshal(dst []byte, v any) ([]byte, error) {
+	if m, ok := v.(proto.Message); ok {
+		return proto.MarshalOptions{}.MarshalAppend(dst, m)
+	}
+	data, err := c.Marshal(v)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, data.Materialize()...)
+	data.Free()
+	return dst, nil
 }
 
 // check returns the InvalidArgument error of a message that did not

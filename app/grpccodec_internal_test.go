@@ -78,3 +78,23 @@ func TestRequestCodecAllocations(t *testing.T) {
 		t.Fatalf("with a limit override, released: got %v (%v), want %v", &released, err, want)
 	}
 }
+
+// TestRequestCodecAppendMarshal checks that the codec appends what the
+// proto codec marshals, after what dst holds, and refuses what is not a
+// message as it does.
+func TestRequestCodecAppendMarshal(t *testing.T) {
+	c := newRequestCodec()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OVER_LIMIT, LimitRemaining: 3}}}
+	want, err := c.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.AppendMarshal([]byte("prefix"), resp)
+	if err != nil || string(got) != "prefix"+string(want.Materialize()) {
+		t.Errorf("got %q, %v, want the prefix and %q", got, err, want.Materialize())
+	}
+	if _, err := c.AppendMarshal(nil, "not a message"); err == nil {
+		t.Error("a string was marshaled")
+	}
+}

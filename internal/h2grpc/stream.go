@@ -514,18 +514,29 @@ func (st *stream) unmarshal(q queued, v any) error {
 // encode returns v's message with its gRPC prefix, in a buffer from
 // getBuffer.
 func (st *stream) encode(v any) ([]byte, error) {
-	data, err := st.c.s.opts.Codec.Marshal(v)
-	if err != nil {
-		return nil, err
+	var out []byte
+	if ac, ok := st.c.s.opts.Codec.(AppendingCodec); ok {
+		// The message written after its prefix: no copy.
+		var err error
+		buf := getBuffer(5)
+		if out, err = ac.AppendMarshal(buf, v); err != nil {
+			putBuffer(buf)
+			return nil, err
+		}
+	} else {
+		data, err := st.c.s.opts.Codec.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		out = getBuffer(5 + data.Len())
+		data.CopyTo(out[5:])
+		data.Free()
 	}
-	defer data.Free()
-	n := data.Len()
-	if n > math.MaxUint32-5 {
+	if n := len(out) - 5; n > math.MaxUint32-5 {
+		putBuffer(out)
 		return nil, fmt.Errorf("a message of %d bytes", n)
 	}
-	out := getBuffer(5 + n)
 	out[0] = 0 // not compressed
-	data.CopyTo(out[5:])
 	if st.comp != nil {
 		var b bytes.Buffer
 		b.Write(make([]byte, 5))
