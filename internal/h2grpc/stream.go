@@ -124,7 +124,17 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		timeout                            time.Duration
 		headerErr                          *status.Status
 		md                                 = make(metadata.MD, len(f.Fields))
+		// The metadata's values, one array for all: most names come once.
+		values = make([]string, 0, len(f.Fields))
 	)
+	add := func(name, v string) {
+		if vs, ok := md[name]; ok {
+			md[name] = append(vs, v)
+			return
+		}
+		values = append(values, v)
+		md[name] = values[len(values)-1 : len(values) : len(values)]
+	}
 	for _, hf := range f.Fields {
 		switch hf.Name {
 		case ":method":
@@ -132,12 +142,12 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		case ":path":
 			path = hf.Value
 		case ":authority":
-			md[hf.Name] = append(md[hf.Name], hf.Value)
+			add(hf.Name, hf.Value)
 		case "content-type":
 			contentType = hf.Value
 			if sub, ok := contentSubtype(hf.Value); ok {
 				st.subtype, grpcType = sub, true
-				md[hf.Name] = append(md[hf.Name], hf.Value)
+				add(hf.Name, hf.Value)
 			}
 		case "grpc-encoding":
 			zip = hf.Value
@@ -165,7 +175,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 				}
 				v = string(b)
 			}
-			md[hf.Name] = append(md[hf.Name], v)
+			add(hf.Name, v)
 		}
 	}
 	ended := f.StreamEnded()
