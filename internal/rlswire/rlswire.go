@@ -12,6 +12,10 @@
 // keeps unknown fields and words the errors. What Unmarshal accepts it
 // decodes to a message proto.Equal to the protobuf decoder's
 // (FuzzUnmarshal).
+//
+// Arrays.Unmarshal does the same into arrays reused from request to
+// request (Get, Release): the gRPC server then allocates only the one
+// copy of a request's bytes.
 package rlswire
 
 import (
