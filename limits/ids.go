@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -192,11 +193,8 @@ func appendNatural(dst []byte, f Format, id string) (_ []byte, acct int, rule st
 		dst, r := appendCover(dst, id)
 		return dst, -1, r
 	case FormatFQDNSet:
-		k, r := fqdnSetKey(id, false)
-		if r != "" {
-			return dst, -1, r
-		}
-		return append(dst, k...), -1, ""
+		dst, r := appendFQDNSetKey(dst, id, false)
+		return dst, -1, r
 	case FormatRegIDIdentValue, FormatRegIDDomainOrCIDR, FormatRegIDFQDNSet:
 		sub := f.valueFormat()
 		acctID, value, ok := strings.Cut(id, ":")
@@ -388,16 +386,17 @@ func identRule(id string) string {
 // looksLikeIP reports whether id is meant as an IP address: it has a colon,
 // or only digits and dots. (No domain has a colon, and a domain's last label
 // is never all digits.)
-func looksLikeIP(id string) bool {
-	if strings.IndexByte(id, ':') >= 0 {
-		return true
-	}
+func looksLikeIP[T string | []byte](id T) bool {
+	digits := true
 	for i := 0; i < len(id); i++ {
-		if c := id[i]; c != '.' && (c < '0' || c > '9') {
-			return false
+		switch c := id[i]; {
+		case c == ':':
+			return true
+		case c != '.' && (c < '0' || c > '9'):
+			digits = false
 		}
 	}
-	return true
+	return digits
 }
 
 // domainRule checks a strict domain name: lower-case letters, digits and
@@ -543,55 +542,78 @@ func appendCover(dst []byte, id string) ([]byte, string) {
 // (each in canonical form) or not (each canonicalised), and returns the
 // SHA-256 hex of its members sorted, de-duplicated and joined by commas.
 func fqdnSetKey(id string, strict bool) (string, string) {
+	b, r := appendFQDNSetKey(nil, id, strict)
+	return string(b), r
+}
+
+// setMember is a member of an fqdnSet: its canonical form, canon[start:end]
+// of appendFQDNSetKey's buffer, and whether it is an IP address.
+type setMember struct {
+	start, end int
+	ip         bool
+}
+
+// appendFQDNSetKey is fqdnSetKey appending the hex to dst, which it
+// leaves as it was on an error. It hashes the members as Boulder hashes
+// an order's identifiers: DNS names first, then IP addresses, each sorted
+// by value, the same one once, joined by commas. A set of up to 16
+// members and 256 bytes is canonicalised, sorted and hashed on the stack.
+func appendFQDNSetKey(dst []byte, id string, strict bool) ([]byte, string) {
 	if id == "" {
-		return "", "must not be empty"
+		return dst, "must not be empty"
 	}
-	members := strings.Split(id, ",")
-	for i, m := range members {
+	var canonBuf [256]byte
+	var memberBuf [16]setMember
+	canon, members := canonBuf[:0], memberBuf[:0]
+	for i := 0; ; i++ {
+		m, rest, more := strings.Cut(id, ",")
 		if !strict {
 			m = strings.TrimSpace(m)
 		}
 		if m == "" {
-			return "", fmt.Sprintf("element %d of the set is empty", i+1)
+			return dst, fmt.Sprintf("element %d of the set is empty", i+1)
 		}
+		start := len(canon)
 		if strict {
 			if r := identRule(m); r != "" {
-				return "", fmt.Sprintf("element %q %s", m, r)
+				return dst, fmt.Sprintf("element %q %s", m, r)
 			}
+			canon = append(canon, m...)
 		} else {
-			b, r := appendIdent(nil, m)
-			if r != "" {
-				return "", fmt.Sprintf("element %q %s", m, r)
+			var r string
+			if canon, r = appendIdent(canon, m); r != "" {
+				return dst, fmt.Sprintf("element %q %s", m, r)
 			}
-			m = string(b)
 		}
-		members[i] = m
+		// A member that passed its checks is an address when it looks like
+		// one (appendIdent and identRule tell them apart that way).
+		members = append(members, setMember{start: start, end: len(canon), ip: looksLikeIP(canon[start:])})
+		if !more {
+			break
+		}
+		id = rest
 	}
-	return hashSet(members), ""
-}
-
-// hashSet returns the SHA-256 hex of members sorted, de-duplicated and
-// joined by commas, as Boulder hashes an order's identifiers: DNS names
-// first, then IP addresses, each sorted by value. It sorts members in
-// place; they are in canonical form.
-func hashSet(members []string) string {
-	slices.SortFunc(members, func(a, b string) int {
-		if ipA, ipB := isIPIdent(a), isIPIdent(b); ipA != ipB {
-			if ipB {
+	slices.SortFunc(members, func(a, b setMember) int {
+		if a.ip != b.ip {
+			if b.ip {
 				return -1
 			}
 			return 1
 		}
-		return strings.Compare(a, b)
+		return bytes.Compare(canon[a.start:a.end], canon[b.start:b.end])
 	})
-	members = slices.Compact(members)
-	h := sha256.Sum256([]byte(strings.Join(members, ",")))
-	return hex.EncodeToString(h[:])
-}
-
-// isIPIdent tells an IP address identifier from a DNS name: a DNS name
-// never parses as an address.
-func isIPIdent(v string) bool {
-	_, err := netip.ParseAddr(v)
-	return err == nil
+	var joinedBuf [256]byte
+	joined := joinedBuf[:0]
+	for i, m := range members {
+		v := canon[m.start:m.end]
+		if i > 0 && bytes.Equal(v, canon[members[i-1].start:members[i-1].end]) {
+			continue
+		}
+		if len(joined) > 0 {
+			joined = append(joined, ',')
+		}
+		joined = append(joined, v...)
+	}
+	sum := sha256.Sum256(joined)
+	return hex.AppendEncode(dst, sum[:]), ""
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -145,6 +147,44 @@ func TestIDErrorNamesLimitIDAndRule(t *testing.T) {
 func setHash(members string) string {
 	h := sha256.Sum256([]byte(members))
 	return hex.EncodeToString(h[:])
+}
+
+// TestFQDNSetKeyOfALargeSet checks a set larger than appendFQDNSetKey's
+// stack buffers (16 members, 256 bytes) against the hash computed here:
+// 40 names and 3 addresses, shuffled, some twice, some in upper case.
+func TestFQDNSetKeyOfALargeSet(t *testing.T) {
+	var names, ids []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("host%02d.example.com", i))
+		ids = append(ids, fmt.Sprintf("HOST%02d.example.com", i))
+	}
+	addrs := []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"}
+	ids = append(ids, "2001:0db8::1", "10.0.0.2", "10.0.0.1", "host07.example.com", "10.0.0.1")
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	want := "7:" + setHash(strings.Join(append(names, addrs...), ","))
+	if got, err := BucketKey(CertificatesPerFQDNSet, strings.Join(ids, ",")); err != nil || got != want {
+		t.Errorf("got %q, %v, want %q", got, err, want)
+	}
+}
+
+// TestFQDNSetKeyAllocations checks that an fqdnSet's key is appended to a
+// buffer with room for it without an allocation (a member in upper case
+// allocates its lower-case copy).
+func TestFQDNSetKeyAllocations(t *testing.T) {
+	set, err := New(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 128)
+	var b Bucket
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := set.AppendResolve(buf, CertificatesPerFQDNSet, "www.example.com,example.org,b.example.net.,10.0.0.1", &b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations, want 0", allocs)
+	}
 }
 
 func TestBucketKey(t *testing.T) {
