@@ -423,9 +423,10 @@ func (a *App) Start() error {
 			HandshakeTimeout:      a.opts.HTTPReadTimeout,
 			WriteTimeout:          a.opts.HTTPWriteTimeout,
 			Codec:                 codec,
-			Unary:                 []grpc.UnaryServerInterceptor{codec.unary},
-			Stream:                []grpc.StreamServerInterceptor{codec.stream},
-			Workers:               a.opts.GRPCWorkers,
+			// No unary interceptor: the codec answers a unary request that
+			// does not decode itself (UnmarshalReleasing).
+			Stream:  []grpc.StreamServerInterceptor{codec.stream},
+			Workers: a.opts.GRPCWorkers,
 			// The memory store never blocks: its calls run where they are read.
 			Inline: isMemoryStore(a.store),
 			Logger: a.log,
@@ -433,7 +434,7 @@ func (a *App) Start() error {
 	}
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	if hs, ok := a.grpcServer.(*h2grpc.Server); ok && a.opts.GRPCBatch && !isMemoryStore(a.store) && a.tracer == nil {
-		hs.HandleBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, a.rlsBatch(codec))
+		hs.HandleBatch(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, a.rlsBatch())
 	}
 	admin, err := a.opts.kvAdmin()
 	if err != nil {
@@ -784,18 +785,14 @@ const (
 
 // rlsBatch answers the ShouldRateLimit calls h2grpc read together with
 // one server.RLS.ShouldRateLimits: a request that does not decode fails
-// alone, with codec's InvalidArgument, as the unary path answers it.
-func (a *App) rlsBatch(codec *requestCodec) h2grpc.BatchHandler {
+// alone, with the codec's InvalidArgument, as the unary path answers it.
+func (a *App) rlsBatch() h2grpc.BatchHandler {
 	return func(calls []h2grpc.Call) {
 		batch := make([]server.RLSCall, 0, len(calls))
 		from := make([]int, 0, len(calls)) // the h2grpc call of each batch entry
 		for i := range calls {
 			req := new(rlsv3.RateLimitRequest)
-			err := calls[i].Decode(req)
-			if err == nil {
-				err = codec.check(req)
-			}
-			if err != nil {
+			if err := calls[i].Decode(req); err != nil {
 				calls[i].Err = err
 				continue
 			}

@@ -25,7 +25,10 @@ import (
 // (rpc_util.go, recv), so Unmarshal reports success and notes the error
 // against the message; the interceptors (interceptors) answer it before
 // any handler sees the message. Only messages that failed to decode are
-// noted, and each note is taken back when its call checks it.
+// noted, and each note is taken back when its call checks it. h2grpc
+// answers a codec's status instead, and decodes unary requests with
+// UnmarshalReleasing, which returns the error: its unary calls need no
+// interceptor (its streams still have one).
 type requestCodec struct {
 	encoding.CodecV2
 	failed sync.Map // message (a pointer) → its *status.Status error
@@ -53,7 +56,7 @@ func (c *requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // does not decode.
 func (c *requestCodec) protobuf(data mem.BufferSlice, v any) error {
 	if err := c.CodecV2.Unmarshal(data, v); err != nil {
-		c.failed.Store(v, status.Errorf(codes.InvalidArgument, "invalid request: %v", err))
+		c.failed.Store(v, invalidRequest(err))
 	}
 	return nil
 }
@@ -61,6 +64,10 @@ func (c *requestCodec) protobuf(data mem.BufferSlice, v any) error {
 // UnmarshalReleasing is Unmarshal for h2grpc's unary calls: the usual
 // Envoy request's descriptors and entries go into rlswire's pooled
 // arrays, which h2grpc releases once the call is over.
+//
+// h2grpc answers the status of an error a codec returns, so a request
+// that does not decode is InvalidArgument here without the interceptors
+// (h2grpc's unary calls go without them).
 func (c *requestCodec) UnmarshalReleasing(data []byte, v any) (h2grpc.Releaser, error) {
 	if req, ok := v.(*rlsv3.RateLimitRequest); ok {
 		a := rlswire.Get()
@@ -69,7 +76,16 @@ func (c *requestCodec) UnmarshalReleasing(data []byte, v any) (h2grpc.Releaser, 
 		}
 		a.Release()
 	}
-	return nil, c.protobuf(mem.BufferSlice{mem.SliceBuffer(data)}, v)
+	if err := c.CodecV2.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v); err != nil {
+		return nil, invalidRequest(err)
+	}
+	return nil, nil
+}
+
+// invalidRequest is the InvalidArgument error of a request that does not
+// decode.
+func invalidRequest(err error) error {
+	return status.Errorf(codes.InvalidArgument, "invalid request: %v", err)
 }
 
 // AppendMarshal appends v's encoding to dst, as Marshal encodes it: h2grpc

@@ -3,13 +3,17 @@ package h2grpc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -75,4 +79,39 @@ func TestAppendingCodecAnswersAsMarshal(t *testing.T) {
 			t.Errorf("AppendMarshal wrote %d answers, want %d", got, want)
 		}
 	})
+}
+
+// failingCodec fails every request: with its status when it has one,
+// else with a plain error.
+type failingCodec struct {
+	encoding.CodecV2
+	stat *status.Status
+}
+
+func (c failingCodec) Unmarshal(mem.BufferSlice, any) error {
+	if c.stat != nil {
+		return c.stat.Err()
+	}
+	return errors.New("no")
+}
+
+// TestCodecErrorsStatus checks that a request the codec fails to decode
+// answers the status the codec's error carries, and Internal, as grpc-go
+// answers, when it carries none.
+func TestCodecErrorsStatus(t *testing.T) {
+	for _, c := range []struct {
+		stat *status.Status
+		want codes.Code
+	}{
+		{status.New(codes.InvalidArgument, "bad request"), codes.InvalidArgument},
+		{nil, codes.Internal},
+	} {
+		_, _, _, addr := serve(t, Options{Codec: failingCodec{CodecV2: encoding.GetCodecV2("proto"), stat: c.stat}})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := call(ctx, dial(t, addr), "Unary", []byte("x"))
+		cancel()
+		if got := status.Code(err); got != c.want {
+			t.Errorf("codec status %v: got %v (%v), want %v", c.stat, got, err, c.want)
+		}
+	}
 }

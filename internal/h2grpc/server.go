@@ -79,7 +79,10 @@ type Options struct {
 	// HandshakeTimeout bounds the TLS handshake and the client's HTTP/2
 	// preface. Default 120 s, grpc-go's ConnectionTimeout.
 	HandshakeTimeout time.Duration
-	// Codec encodes and decodes messages. Default grpc-go's "proto".
+	// Codec encodes and decodes messages. Default grpc-go's "proto". A
+	// request the codec fails to decode answers Internal, as in grpc-go,
+	// unless the codec's error carries a gRPC status (status.Error): then
+	// that status. It may also be a ReleasingCodec or an AppendingCodec.
 	Codec encoding.CodecV2
 	// Unary and Stream, when set, intercept every call, as grpc-go's
 	// chained interceptors (the first given is the outermost).

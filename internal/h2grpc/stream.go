@@ -516,6 +516,9 @@ func (st *stream) unmarshal(q queued, v any) error {
 		err = st.c.s.opts.Codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, v)
 	}
 	if err != nil {
+		if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+			return err // the codec's own status
+		}
 		return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 	}
 	return nil
