@@ -466,20 +466,14 @@ func (sc *scratch) release() {
 func (s *RLS) respond(ctx context.Context, checks []check, rules []*descriptors.Rule, keys []string, decisions []limiter.Decision) *rlsv3.RateLimitResponse {
 	var resp *rlsv3.RateLimitResponse
 	var answers []descriptorAnswer
-	if b := responsePool.Get().(*responseBlock); h2grpc.OnDone(ctx, b) {
-		// A call of h2grpc: the messages are reused once it has encoded
-		// them.
+	b := responsePool.Get().(*responseBlock)
+	if h2grpc.OnDone(ctx, b) {
+		// A call of h2grpc: the messages go back to the pool once it has
+		// encoded them.
 		resp, answers = b.use(len(checks))
-	} else if responsePool.Put(b); len(checks) == 1 {
-		// The usual request: every message in one allocation.
-		one := new(oneResponse)
-		resp, answers = &one.resp, one.answer[:]
-		resp.Statuses = one.ptr[:]
 	} else {
-		// The messages of all descriptors come from one array rather than
-		// three allocations per descriptor.
-		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
-		answers = make([]descriptorAnswer, len(checks))
+		responsePool.Put(b)
+		resp, answers = newResponse(len(checks))
 	}
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	closestRemaining := uint32(maxUint32)
@@ -613,6 +607,20 @@ type oneResponse struct {
 	resp   rlsv3.RateLimitResponse
 	ptr    [1]*rlsv3.RateLimitResponse_DescriptorStatus
 	answer [1]descriptorAnswer
+}
+
+// newResponse allocates a response of n statuses, and their messages:
+// for one descriptor, the usual request, every message in one allocation;
+// else those of all descriptors in one array rather than three
+// allocations per descriptor.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []descriptorAnswer) {
+	if n == 1 {
+		one := new(oneResponse)
+		one.resp.Statuses = one.ptr[:]
+		return &one.resp, one.answer[:]
+	}
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	return resp, make([]descriptorAnswer, n)
 }
 
 // responseBlock holds the messages of a response that h2grpc releases
