@@ -315,6 +315,8 @@ func BenchmarkResolve(b *testing.B) {
 		{CertificatesPerDomain, "www.example.co.uk"},
 		{CertificatesPerDomainPerAccount, "12345678:www.example.com"},
 		{CertificatesPerFQDNSet, "a.example.com,b.example.com"},
+		// A set of five: a duplicate, upper case, two addresses.
+		{CertificatesPerFQDNSet, "www.Example.org,example.org,192.0.2.1,2001:db8::1,example.org"},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
