@@ -124,8 +124,11 @@ type Server struct {
 	opts   Options
 	unary  grpc.UnaryServerInterceptor  // the chain of opts.Unary, or nil
 	stream grpc.StreamServerInterceptor // the chain of opts.Stream, or nil
-	work   chan job                     // to the workers; nil without workers
-	quit   chan struct{}                // closed by Stop and GracefulStop: workers end
+	// opts.Codec as a ReleasingCodec and an AppendingCodec, or nil.
+	releasing ReleasingCodec
+	appending AppendingCodec
+	work      chan job      // to the workers; nil without workers
+	quit      chan struct{} // closed by Stop and GracefulStop: workers end
 
 	methods map[string]*method // by path, "/package.Service/Method"; set before serving
 
@@ -190,6 +193,8 @@ func NewServer(opts Options) *Server {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 	}
+	s.releasing, _ = opts.Codec.(ReleasingCodec)
+	s.appending, _ = opts.Codec.(AppendingCodec)
 	s.connsGone = sync.NewCond(&s.mu)
 	if opts.Workers > 0 {
 		s.work = make(chan job)

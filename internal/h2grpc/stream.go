@@ -507,7 +507,7 @@ func (st *stream) unmarshal(q queued, v any) error {
 		}
 	}
 	var err error
-	if rc, ok := st.c.s.opts.Codec.(ReleasingCodec); ok && st.m.stream == nil {
+	if rc := st.c.s.releasing; rc != nil && st.m.stream == nil {
 		var r Releaser
 		if r, err = rc.UnmarshalReleasing(data, v); r != nil {
 			st.done = append(st.done, r)
@@ -528,7 +528,7 @@ func (st *stream) unmarshal(q queued, v any) error {
 // getBuffer.
 func (st *stream) encode(v any) ([]byte, error) {
 	var out []byte
-	if ac, ok := st.c.s.opts.Codec.(AppendingCodec); ok {
+	if ac := st.c.s.appending; ac != nil {
 		// The message written after its prefix: no copy.
 		var err error
 		buf := getBuffer(5)
