@@ -94,3 +94,91 @@ func TestEveryNameFindsItsEntry(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestOverridesApplyWhateverTheirName: with a few of many names
+// overridden, in the file and at runtime, every override is found, by
+// AppendKey and by Resolve, and every other id gets its name's default,
+// whether or not the name shares its bit of Set.enums with an overridden
+// one; dropping the runtime overrides leaves the file's.
+func TestOverridesApplyWhateverTheirName(t *testing.T) {
+	var defaults, overrides strings.Builder
+	const n = 3 * nameSlots
+	for i := range n {
+		fmt.Fprintf(&defaults, "Thing%dPerAccount: {burst: %d, count: 1, period: 1h}\n", i, i+1)
+	}
+	inFile := map[int]bool{3: true, 70: true, 150: true}
+	atRuntime := map[int]bool{3: true, 11: true, 100: true}
+	for i := range inFile {
+		fmt.Fprintf(&overrides, "- Thing%dPerAccount:\n    burst: %d\n    count: 1\n    period: 1h\n    ids: [5]\n", i, 1000+i)
+	}
+	d, err := ParseDefaults("defaults.yaml", []byte(defaults.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := ParseOverrides("overrides.yaml", []byte(overrides.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := New(d, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := map[string]Override{}
+	for i := range atRuntime {
+		ov, err := files.RuntimeOverride(RuntimeSpec{Name: fmt.Sprintf("Thing%dPerAccount", i), ID: "6", Burst: ptr(int64(2000 + i)), Count: ptr(int64(1)), Period: "1h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt[ov.Key] = ov
+	}
+	withRuntime := files.WithRuntime(rt)
+	check := func(s *Set, runtime bool) {
+		t.Helper()
+		skipped, shared := 0, 0
+		for i := range n {
+			name := fmt.Sprintf("Thing%dPerAccount", i)
+			e := s.entry(name)
+			if !s.mayOverride(e) {
+				skipped++
+			} else if !inFile[i] && !(runtime && atRuntime[i]) {
+				shared++
+			}
+			for _, id := range []string{"5", "6", "7"} {
+				want := int64(i + 1)
+				switch {
+				case id == "5" && inFile[i]:
+					want = 1000 + int64(i)
+				case id == "6" && runtime && atRuntime[i]:
+					want = 2000 + int64(i)
+				}
+				_, limit, enabled, err := s.AppendKey(make([]byte, 0, 64), name, id)
+				if err != nil || !enabled || limit.Burst != want {
+					t.Fatalf("runtime %v: AppendKey(%s, %s) = burst %d, enabled %v, %v; want burst %d", runtime, name, id, limit.Burst, enabled, err, want)
+				}
+				b, err := s.Resolve(name, id)
+				if err != nil || !b.Enabled || b.Limit.Burst != want {
+					t.Fatalf("runtime %v: Resolve(%s, %s) = burst %d, enabled %v, %v; want burst %d", runtime, name, id, b.Limit.Burst, b.Enabled, err, want)
+				}
+			}
+		}
+		// Both ways are taken: names whose keys are not looked up, and
+		// names looked up for want of an override of their own.
+		if skipped == 0 || shared == 0 {
+			t.Fatalf("runtime %v: %d names skipped the lookup and %d shared a bit; the test needs both", runtime, skipped, shared)
+		}
+	}
+	check(files, false)
+	check(withRuntime, true)
+	check(withRuntime.WithRuntime(nil), false)
+}
+
+func TestEnumBit(t *testing.T) {
+	for key, want := range map[string]uint64{
+		"3:12345": 1 << 3, "63:x": 1 << 63, "64:x": 1, "1064:1": 1 << (1064 % 64),
+		"": ^uint64(0), "nocolon": ^uint64(0), ":5": ^uint64(0), "x3:5": ^uint64(0), "-1:5": ^uint64(0),
+	} {
+		if got := enumBit(key); got != want {
+			t.Errorf("enumBit(%q) = %#x, want %#x", key, got, want)
+		}
+	}
+}

@@ -160,11 +160,13 @@ func (s *Set) WithRuntime(rt map[string]Override) *Set {
 	}
 	c := *s
 	c.runtime = nil
+	c.enums = c.fileEnums
 	if len(rt) > 0 {
 		c.runtime = make(map[string]*Override, len(rt))
 		for _, o := range rt {
 			o.Runtime = true
 			c.runtime[o.Key] = &o
+			c.enums |= enumBit(o.Key)
 		}
 	}
 	return &c

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/internal/keybuf"
@@ -19,7 +21,13 @@ type Set struct {
 	names     map[string]*entry    // built-in names and every name in the files
 	overrides map[string]*Override // by bucket key, interned at load
 	runtime   map[string]*Override // set at runtime, by key; see WithRuntime
-	ndefaults int
+	// fileEnums and enums say which names may have overrides, so that a
+	// name with none is resolved without looking its key up. Bit enum%64
+	// is set for the enum number of every override in the file
+	// (fileEnums), and of every override, file or runtime (enums). See
+	// mayOverride.
+	fileEnums, enums uint64
+	ndefaults        int
 	// fast finds a name's entry without hashing the name: slot
 	// nameSlot(name) holds the entry of one name (the first in enum order
 	// of those sharing the slot), checked against the name's text; the
@@ -113,8 +121,10 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 				continue
 			}
 			s.overrides[o.Key] = o
+			s.fileEnums |= enumBit(o.Key)
 		}
 	}
+	s.enums = s.fileEnums
 	for _, e := range slices.SortedFunc(maps.Values(s.names), func(a, b *entry) int { return cmp.Compare(a.name.Enum, b.name.Enum) }) {
 		if i := nameSlot(e.name.Text); s.fast[i] == nil {
 			s.fast[i] = e
@@ -216,7 +226,7 @@ func (s *Set) AppendResolve(dst []byte, name, id string, b *Bucket) ([]byte, err
 		return dst[:start], &IDError{Name: name, ID: id, Rule: rule}
 	}
 	*b = Bucket{Name: e.name}
-	if s != nil {
+	if s.mayOverride(e) {
 		o, ok := s.lookupBytes(dst[start:])
 		if !ok && acct >= 0 {
 			o, ok = s.lookupBytes(dst[start:acct])
@@ -247,8 +257,10 @@ func (s *Set) AppendKey(dst []byte, name, id string) ([]byte, gcra.Limit, bool, 
 		if e := s.entry(name); e != nil && e.name.Format == FormatRegID && plainRegID(id) {
 			start := len(dst)
 			dst = keybuf.Append(dst, e.prefix, id)
-			if o, ok := s.lookupBytes(dst[start:]); ok {
-				return dst, o.Limit, true, nil
+			if s.mayOverride(e) {
+				if o, ok := s.lookupBytes(dst[start:]); ok {
+					return dst, o.Limit, true, nil
+				}
 			}
 			return dst, e.def, e.hasDefault, nil
 		}
@@ -258,9 +270,33 @@ func (s *Set) AppendKey(dst []byte, name, id string) ([]byte, gcra.Limit, bool, 
 	return dst, b.Limit, b.Enabled, err
 }
 
+// mayOverride is false when no override of s, from the file or set at
+// runtime, can apply to a key of e's name; s may be nil.
+func (s *Set) mayOverride(e *entry) bool {
+	return s != nil && s.enums&(1<<(uint64(e.name.Enum)%64)) != 0
+}
+
+// enumBit is the bit of Set.enums for a bucket key, "<enum>:<id>": 1 <<
+// (enum % 64). A key that does not begin so gets every bit, so that no
+// name's keys skip the lookup.
+func enumBit(key string) uint64 {
+	i := strings.IndexByte(key, ':')
+	if i <= 0 {
+		return ^uint64(0)
+	}
+	enum, err := strconv.ParseUint(key[:i], 10, 64)
+	if err != nil {
+		return ^uint64(0)
+	}
+	return 1 << (enum % 64)
+}
+
 // entry returns the entry of name, nil if the Set does not know it.
 func (s *Set) entry(name string) *entry {
-	if e := s.fast[nameSlot(name)]; e != nil && e.name.Text == name {
+	if e := s.fast[nameSlot(name)]; e != nil && len(e.name.Text) == len(name) &&
+		// A caller passing the package's constant, as most do, passes the
+		// entry's own text: known equal without comparing the bytes.
+		(unsafe.StringData(e.name.Text) == unsafe.StringData(name) || e.name.Text == name) {
 		return e
 	}
 	return s.names[name]
