@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/keybuf"
 )
 
 // TestAppendKeyAgreesWithAppendResolve: AppendKey's key, limit, enabled
@@ -30,6 +33,11 @@ func TestAppendKeyAgreesWithAppendResolve(t *testing.T) {
 		}
 		ids = append(ids, string(b))
 	}
+	regID := map[string]bool{}
+	for _, n := range base.Names() {
+		regID[n.Text] = n.Format == FormatRegID
+	}
+	keyWords := 0
 	for setName, s := range sets {
 		names := []string{"NoSuchName", "", "PerAccount"}
 		for _, n := range s.Names() {
@@ -51,11 +59,32 @@ func TestAppendKeyAgreesWithAppendResolve(t *testing.T) {
 					if !bytes.Equal(gotKey, wantKey) || limit != b.Limit || enabled != b.Enabled {
 						t.Fatalf("%s: AppendKey gave %q %+v %v, AppendResolve %q %+v %v", what, gotKey, limit, enabled, wantKey, b.Limit, b.Enabled)
 					}
+					// KeyWords answers for a known account name and a
+					// natural account id whose key fits its two words.
+					lo, hi, n, wlimit, wenabled, ok := s.KeyWords(name, id)
+					key := wantKey[len(dst):]
+					if want := s != nil && regID[name] && naturalAccount.MatchString(id) && len(key) <= keybuf.Max; ok != want {
+						t.Fatalf("%s: KeyWords ok %v, want %v", what, ok, want)
+					}
+					if ok {
+						var words [keybuf.Max]byte
+						keybuf.Put(&words, lo, hi)
+						if string(words[:n]) != string(key) || wlimit != b.Limit || wenabled != b.Enabled {
+							t.Fatalf("%s: KeyWords gave %q %+v %v, AppendResolve %q %+v %v", what, words[:n], wlimit, wenabled, key, b.Limit, b.Enabled)
+						}
+						keyWords++
+					}
 				}
 			}
 		}
 	}
+	if keyWords < 32 {
+		t.Fatalf("KeyWords answered only %d cases", keyWords)
+	}
 }
+
+// naturalAccount is an account id in its natural form.
+var naturalAccount = regexp.MustCompile(`^[1-9][0-9]{0,18}$`)
 
 // TestEveryNameFindsItsEntry: with more names than Set.fast has slots,
 // so that some share one, each name is found on its own entry.

@@ -254,7 +254,7 @@ func (s *Set) AppendResolve(dst []byte, name, id string, b *Bucket) ([]byte, err
 // key, leaving them as they were.
 func (s *Set) AppendKey(dst []byte, name, id string) ([]byte, gcra.Limit, bool, error) {
 	if s != nil {
-		if e := s.entry(name); e != nil && e.name.Format == FormatRegID && plainRegID(id) {
+		if e := s.plainAccount(name, id); e != nil {
 			start := len(dst)
 			dst = keybuf.Append(dst, e.prefix, id)
 			if s.mayOverride(e) {
@@ -268,6 +268,43 @@ func (s *Set) AppendKey(dst []byte, name, id string) ([]byte, gcra.Limit, bool, 
 	var b Bucket
 	dst, err := s.AppendResolve(dst, name, id, &b)
 	return dst, b.Limit, b.Enabled, err
+}
+
+// KeyWords is AppendKey for a key it can hold in registers: for an
+// account id already in its natural form (formats regId) whose bucket key
+// is at most keybuf.Max bytes, it returns the key as keybuf.Words does
+// (for the memory store's SpendGCRAShort), the limit that applies and
+// whether one does, with ok. ok is false for any other name or id, which
+// AppendKey answers.
+func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, limit gcra.Limit, enabled, ok bool) {
+	e := s.plainAccount(name, id)
+	if e == nil {
+		return 0, 0, 0, gcra.Limit{}, false, false
+	}
+	if lo, hi, n, ok = keybuf.Words(e.prefix, id); !ok {
+		return 0, 0, 0, gcra.Limit{}, false, false
+	}
+	if s.mayOverride(e) {
+		var key [keybuf.Max]byte
+		keybuf.Put(&key, lo, hi)
+		if o, found := s.lookupBytes(key[:n]); found {
+			return lo, hi, n, o.Limit, true, true
+		}
+	}
+	return lo, hi, n, e.def, e.hasDefault, true
+}
+
+// plainAccount returns the entry of name when it is a known name of
+// format regId and id an account id in its natural form, the case
+// AppendKey and KeyWords answer by themselves; else nil. s may be nil.
+func (s *Set) plainAccount(name, id string) *entry {
+	if s == nil {
+		return nil
+	}
+	if e := s.entry(name); e != nil && e.name.Format == FormatRegID && plainRegID(id) {
+		return e
+	}
+	return nil
 }
 
 // mayOverride is false when no override of s, from the file or set at

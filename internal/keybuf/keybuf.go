@@ -26,34 +26,72 @@ const Max = 16
 // Max more bytes, it writes them in one 16-byte store; the bytes of dst's
 // spare capacity after the key are written back as they were.
 func Append(dst []byte, a, b string) []byte {
-	n, end := len(a)+len(b), len(dst)
-	if n > Max || cap(dst)-end < Max {
+	end := len(dst)
+	lo, hi, n, ok := Words(a, b)
+	if !ok || cap(dst)-end < Max {
 		return append(append(dst, a...), b...)
+	}
+	// Keep what the spare capacity held past the key.
+	room := dst[end : end+Max]
+	old0 := binary.LittleEndian.Uint64(room)
+	old1 := binary.LittleEndian.Uint64(room[8:])
+	m0, m1 := masks(n)
+	store16(unsafe.SliceData(room), lo|old0&^m0, hi|old1&^m1)
+	return dst[:end+n]
+}
+
+// Words returns a then b, when at most Max bytes together, as one 128-bit
+// little-endian value (lo, hi), the bytes past them zero, and their
+// length n, with ok; held in registers, a key need never be written to
+// memory and read back. ok is false for a longer key.
+func Words(a, b string) (lo, hi uint64, n int, ok bool) {
+	n = len(a) + len(b)
+	if n > Max {
+		return 0, 0, 0, false
 	}
 	alo, ahi := load(a)
 	blo, bhi := load(b)
-	// The key as one 128-bit little-endian value: a, then b shifted past
-	// it. Go's shifts by 64 or more give 0, which the cases rely on.
-	lo, hi := alo, ahi
+	// b shifted past a. Go's shifts by 64 or more give 0, which the cases
+	// rely on.
+	lo, hi = alo, ahi
 	if s := uint(len(a)) * 8; s < 64 {
 		lo |= blo << s
 		hi |= bhi<<s | blo>>(64-s)
 	} else {
 		hi |= blo << (s - 64)
 	}
-	// Keep what the spare capacity held past the key.
-	room := dst[end : end+Max]
-	old0 := binary.LittleEndian.Uint64(room)
-	old1 := binary.LittleEndian.Uint64(room[8:])
-	var m0, m1 uint64 = 1<<(8*uint(n)) - 1, 0
-	if n >= 8 {
-		m0, m1 = ^uint64(0), 1<<(8*uint(n-8))-1
-	}
-	store16(unsafe.SliceData(room), lo&m0|old0&^m0, hi&m1|old1&^m1)
-	return dst[:end+n]
+	return lo, hi, n, true
 }
 
-// load returns s, at most 16 bytes, as a 128-bit little-endian value
+// Load returns s, at most Max bytes, as Words does; it reads only s's
+// own bytes.
+func Load(s string) (lo, hi uint64) { return load(s) }
+
+// masks returns the masks of the first n <= Max bytes of a 128-bit
+// little-endian value.
+func masks(n int) (m0, m1 uint64) {
+	if n >= 8 {
+		return ^uint64(0), 1<<(8*uint(n-8)) - 1
+	}
+	return 1<<(8*uint(n)) - 1, 0
+}
+
+// Equal reports whether the first n <= Max bytes of p, read as Words
+// reads a key, are (lo, hi), a key of n bytes from Words or Load; p must
+// have Max bytes to read, whatever they hold past n.
+func Equal(p *[Max]byte, lo, hi uint64, n int) bool {
+	m0, m1 := masks(n)
+	return binary.LittleEndian.Uint64(p[:8])&m0 == lo && binary.LittleEndian.Uint64(p[8:])&m1 == hi
+}
+
+// Put writes the key (lo, hi), from Words or Load, to p: its bytes, then
+// zeros.
+func Put(p *[Max]byte, lo, hi uint64) {
+	binary.LittleEndian.PutUint64(p[:8], lo)
+	binary.LittleEndian.PutUint64(p[8:], hi)
+}
+
+// load returns s, at most Max bytes, as a 128-bit little-endian value
 // (lo, hi), the bytes past s zero. It reads only s's own bytes.
 func load(s string) (lo, hi uint64) {
 	n := len(s)

@@ -12,13 +12,7 @@ import (
 // checks that the spare capacity past the key keeps its bytes.
 func TestAppendAsAppend(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	text := func(n int) string {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(r.Uint32())
-		}
-		return string(b)
-	}
+	text := func(n int) string { return randomText(r, n) }
 	for la := 0; la <= Max+2; la++ {
 		for lb := 0; lb <= Max+2; lb++ {
 			for _, pre := range []int{0, 1, 7} {
@@ -55,4 +49,61 @@ func TestAppendAllocatesNothing(t *testing.T) {
 	if string(dst) != "12:123456789" {
 		t.Fatalf("Append wrote %q", dst)
 	}
+}
+
+// TestWords: Words gives a then b as the bytes of its two words, for
+// every pair of lengths to past Max, and declines a longer key; Put
+// writes them back out; Equal holds for the key's own bytes, whatever
+// follows them, and fails for any byte changed and for another length.
+func TestWords(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	text := func(n int) string { return randomText(r, n) }
+	for la := 0; la <= Max+2; la++ {
+		for lb := 0; lb <= Max+2; lb++ {
+			a, b := text(la), text(lb)
+			lo, hi, n, ok := Words(a, b)
+			if ok != (la+lb <= Max) {
+				t.Fatalf("lengths %d+%d: ok %v", la, lb, ok)
+			}
+			if !ok {
+				continue
+			}
+			var got [Max]byte
+			Put(&got, lo, hi)
+			want := [Max]byte{}
+			copy(want[:], a+b)
+			if n != la+lb || got != want {
+				t.Fatalf("lengths %d+%d: Words gave %x, %d bytes; want %x", la, lb, got, n, want)
+			}
+			if l, h := Load(a + b); l != lo || h != hi {
+				t.Fatalf("lengths %d+%d: Load gave %x %x, Words %x %x", la, lb, l, h, lo, hi)
+			}
+			held := want
+			for i := n; i < Max; i++ {
+				held[i] = byte(r.Uint32()) // not the key's: ignored
+			}
+			if !Equal(&held, lo, hi, n) {
+				t.Fatalf("lengths %d+%d: Equal false for the key's own bytes", la, lb)
+			}
+			for i := 0; i < n; i++ {
+				other := held
+				other[i] ^= 1 << r.IntN(8)
+				if Equal(&other, lo, hi, n) {
+					t.Fatalf("lengths %d+%d: Equal true with byte %d changed", la, lb, i)
+				}
+			}
+			if n < Max && Equal(&held, lo, hi, n+1) && held[n] != 0 {
+				t.Fatalf("lengths %d+%d: Equal true for a longer key", la, lb)
+			}
+		}
+	}
+}
+
+// randomText returns n random bytes.
+func randomText(r *rand.Rand, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return string(b)
 }

@@ -26,6 +26,8 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +38,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/internal/keybuf"
 	"github.com/sluice-rl/sluice/store"
 )
 
@@ -98,6 +101,7 @@ type Store struct {
 	shards []shard
 	mask   uint64
 	seed   maphash.Seed
+	secret [4]uint64 // hashShort's
 
 	docs overrideDocs // runtime overrides, see overrides.go
 }
@@ -172,6 +176,10 @@ func New(o Options) *Store {
 		perBytes = EntryOverhead + 64
 	}
 	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
+	for i := range s.secret {
+		// Odd, so that no secret zeroes a product by itself.
+		s.secret[i] = rand.Uint64() | 1
+	}
 	for i := range s.shards {
 		s.shards[i].tab = newTable()
 		s.shards[i].publish()
@@ -259,8 +267,28 @@ func (s *Store) Close() error {
 // hash returns key's hash, with its low bit set (a slot's mark of being
 // taken), and the index of the shard that holds it, chosen by the low
 // bits (the table within the shard uses the top ones).
+//
+// A key of up to keybuf.Max bytes is hashed from its bytes as two words
+// (hashShort), so that SpendGCRAShort can find its bucket from the words
+// alone; a longer one with maphash.
 func (s *Store) hash(key string) (uint64, int) {
+	if len(key) <= keybuf.Max {
+		lo, hi := keybuf.Load(key)
+		return s.hashShort(lo, hi, len(key))
+	}
 	h := maphash.String(s.seed, key)
+	return h | 1, int((h >> 1) & s.mask)
+}
+
+// hashShort is hash for a key of n <= keybuf.Max bytes given as
+// keybuf.Words gives it: the words, each mixed with a secret of the
+// Store's, multiplied into 128 bits, and the halves' sum mixed again with
+// the length, as wyhash does. The secrets are random, so that keys
+// cannot be chosen to collide.
+func (s *Store) hashShort(lo, hi uint64, n int) (uint64, int) {
+	a, b := bits.Mul64(lo^s.secret[0], hi^s.secret[1])
+	c, d := bits.Mul64(a^b^s.secret[2], uint64(n)^s.secret[3])
+	h := c ^ d
 	return h | 1, int((h >> 1) & s.mask)
 }
 
@@ -322,23 +350,43 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	sh.prefetchSlot(h)
 	nowNs := clock.UnixNano(clk)
 	sh.mu.Lock()
-	tat := nowNs // a bucket missing, full again or a fixed window's
 	slot, ok := sh.tab.find(h, key)
-	if !ok {
-		slot = -1
-	} else if e := &sh.tab.slots[slot]; e.klen&windowBit == 0 && e.exp > nowNs {
-		tat = e.val
-	}
+	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
 	g := p.Spend(nowNs, tat, cost)
 	put := g.Allowed && !check && cost != 0
 	if put && slot < 0 {
 		slot = sh.put(h, key, nowNs)
 	}
 	if put && slot >= 0 {
-		// The bucket may be dropped once it is full again, past its TAT.
-		e := &sh.tab.slots[slot]
-		e.exp, e.val, e.count = g.TAT, g.TAT, 0
-		e.klen &^= windowBit
+		sh.tab.setTAT(slot, g.TAT)
+	}
+	sh.mu.Unlock()
+	return g.Allowed, g.Remaining, time.Duration(g.RetryIn), time.Duration(g.ResetIn)
+}
+
+// SpendGCRAShort is SpendGCRA for a key of n <= keybuf.Max bytes given
+// as the two words of keybuf.Words or keybuf.Load: the caller builds the
+// key in registers and the store hashes and finds it there, where a key
+// written to memory and read back at once could wait for the stores
+// before it to reach the cache (limiter.SpendFor; BENCHMARKS.md). The
+// key's bytes are written out only for a new bucket.
+func (s *Store) SpendGCRAShort(clk clock.Clock, lo, hi uint64, n int, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
+	h, i := s.hashShort(lo, hi, n)
+	sh := &s.shards[i]
+	sh.prefetchSlot(h)
+	nowNs := clock.UnixNano(clk)
+	sh.mu.Lock()
+	slot, ok := sh.tab.findShort(h, lo, hi, n)
+	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
+	g := p.Spend(nowNs, tat, cost)
+	put := g.Allowed && !check && cost != 0
+	if put && slot < 0 {
+		var key [keybuf.Max]byte
+		keybuf.Put(&key, lo, hi)
+		slot = sh.put(h, unsafe.String(&key[0], n), nowNs)
+	}
+	if put && slot >= 0 {
+		sh.tab.setTAT(slot, g.TAT)
 	}
 	sh.mu.Unlock()
 	return g.Allowed, g.Remaining, time.Duration(g.RetryIn), time.Duration(g.ResetIn)

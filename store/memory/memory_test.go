@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/internal/keybuf"
 	"github.com/sluice-rl/sluice/store"
 	"github.com/sluice-rl/sluice/store/memory"
 	"github.com/sluice-rl/sluice/store/storetest"
@@ -257,6 +259,56 @@ func TestSpendGCRAOnAFullStore(t *testing.T) {
 	}
 	if s.Len() != 1 || s.Refused() != 2 {
 		t.Fatalf("%d buckets held, %d refused; want 1 and 2", s.Len(), s.Refused())
+	}
+}
+
+// TestSpendGCRAShortAnswersAsSpendGCRA spends and checks on short keys,
+// some prefixes of others, through SpendGCRAShort on one store and
+// SpendGCRA on another, the clock moving so that buckets fill up again
+// and are swept, and checks every answer is the same; and that DoOne
+// finds the buckets SpendGCRAShort made under their keys.
+func TestSpendGCRAShortAnswersAsSpendGCRA(t *testing.T) {
+	t.Parallel()
+	short, long := memory.New(memory.Options{Shards: 2}), memory.New(memory.Options{Shards: 2})
+	r := rand.New(rand.NewPCG(9, 10))
+	clk := clock.NewFake(storetest.Base())
+	p := gcra.Limit{Burst: 4, Count: 2, Period: time.Second}.Params()
+	for step := range 20_000 {
+		// "3:17", and "3:1", its prefix, a bucket of its own.
+		n := strconv.Itoa(r.IntN(40))
+		key := "3:" + n[:min(len(n), 1+r.IntN(2))]
+		if r.IntN(8) == 0 {
+			key = strings.Repeat("k", r.IntN(keybuf.Max+1))
+		}
+		cost, check := int64(r.IntN(3)), r.IntN(4) == 0
+		clk.Add(time.Duration(r.IntN(300)) * time.Millisecond)
+		lo, hi := keybuf.Load(key)
+		var got, want [4]any
+		got[0], got[1], got[2], got[3] = short.SpendGCRAShort(clk, lo, hi, len(key), p, cost, check)
+		want[0], want[1], want[2], want[3] = long.SpendGCRA(clk, key, p, cost, check)
+		if got != want {
+			t.Fatalf("step %d, %q, cost %d, check %v: SpendGCRAShort answered %v, SpendGCRA %v", step, key, cost, check, got, want)
+		}
+	}
+	for _, s := range []*memory.Store{short, long} {
+		if s.Len() == 0 {
+			t.Fatal("no bucket left to look up")
+		}
+	}
+	for i := range 40 {
+		key := "3:" + strconv.Itoa(i)
+		op := store.Op{Key: key, Algorithm: store.GCRA, Kind: store.Check, Limit: gcra.Limit{Burst: 4, Count: 2, Period: time.Second}}
+		a, err := short.DoOne(context.Background(), clk, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := long.DoOne(context.Background(), clk, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != b {
+			t.Fatalf("%q: DoOne answers %+v over SpendGCRAShort's buckets, %+v over SpendGCRA's", key, a, b)
+		}
 	}
 }
 

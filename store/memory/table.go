@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"github.com/sluice-rl/sluice/internal/keybuf"
 	"math/bits"
 	"strings"
 )
@@ -8,6 +9,9 @@ import (
 // inlineKey is the longest key kept in its slot; a longer one is kept in
 // table.long and costs a second memory access to compare.
 const inlineKey = 24
+
+// A key SpendGCRAShort finds by its words is held in its slot.
+const _ = uint(inlineKey - keybuf.Max)
 
 // windowBit marks, in slot.klen, a FixedWindow bucket.
 const windowBit = 1 << 31
@@ -66,6 +70,43 @@ func (t *table) find(h uint64, key string) (int, bool) {
 			return i, true
 		}
 	}
+}
+
+// findShort is find for a key of n <= keybuf.Max bytes given as
+// keybuf.Words gives it, compared with a slot's key without writing it
+// out.
+func (t *table) findShort(h, lo, hi uint64, n int) (int, bool) {
+	m := t.mask()
+	for i := t.home(h); ; i = (i + 1) & m {
+		s := &t.slots[i]
+		if s.hash == 0 {
+			return i, false
+		}
+		if s.hash == h && s.keyLen() == n && keybuf.Equal((*[keybuf.Max]byte)(s.key[:]), lo, hi, n) {
+			return i, true
+		}
+	}
+}
+
+// gcraTAT returns, for the slot find answered, slot (-1 when the bucket
+// is missing) and the TAT a GCRA spend starts from: the bucket's, or
+// nowNs for a bucket missing, full again or a fixed window's.
+func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
+	if !found {
+		return -1, nowNs
+	}
+	if e := &t.slots[slot]; e.klen&windowBit == 0 && e.exp > nowNs {
+		return slot, e.val
+	}
+	return slot, nowNs
+}
+
+// setTAT makes the bucket in slot a GCRA bucket with TAT tat, which may
+// be dropped once full again, past it.
+func (t *table) setTAT(slot int, tat int64) {
+	e := &t.slots[slot]
+	e.exp, e.val, e.count = tat, tat, 0
+	e.klen &^= windowBit
 }
 
 // keyIs reports whether s holds key.

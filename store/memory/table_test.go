@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/keybuf"
 )
 
 // fnv is the FNV-1a hash of k with its low bit set, as the table wants;
@@ -218,6 +220,93 @@ func TestTableShrinks(t *testing.T) {
 			if tab.n*4 > len(tab.slots)*3 {
 				t.Fatalf("crowd %v: %d buckets in %d slots after growing again", crowd, tab.n, len(tab.slots))
 			}
+		}
+	}
+}
+
+// TestFindShortAsFind: over a table of short keys that share few hashes
+// (so that most lookups compare keys byte by byte), many of the same
+// length, prefixes of one another, some ending in zero bytes, inserted and removed at random (so
+// that slots are reused and keep bytes of longer keys past a shorter
+// key's end), findShort finds each key, from its words, where find finds
+// it from its bytes.
+func TestFindShortAsFind(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	hash := func(k string) uint64 { return uint64(len(k)%3)<<62 | 1 }
+	key := func() string {
+		// Mostly short, so that keys come back; some up to the most.
+		n := r.IntN(4)
+		if r.IntN(4) == 0 {
+			n = r.IntN(keybuf.Max + 1)
+		}
+		b := make([]byte, n)
+		for i := range b {
+			// A zero byte too: "a" and "a\x00" are the same words.
+			b[i] = "ab\x00"[r.IntN(3)]
+		}
+		return string(b)
+	}
+	tab := newTable()
+	held := map[string]bool{}
+	hits := 0
+	for step := range 20_000 {
+		k := key()
+		h := hash(k)
+		i, ok := tab.find(h, k)
+		lo, hi := keybuf.Load(k)
+		j, sok := tab.findShort(h, lo, hi, len(k))
+		if i != j || ok != sok || ok != held[k] {
+			t.Fatalf("step %d, key %q: find answered slot %d, %v; findShort slot %d, %v; held %v", step, k, i, ok, j, sok, held[k])
+		}
+		switch {
+		case ok:
+			hits++
+			if r.IntN(2) == 0 {
+				tab.remove(i)
+				delete(held, k)
+			}
+		default:
+			if len(held) >= 40 {
+				// Make room: drop a held key, any one.
+				for old := range held {
+					i, _ := tab.find(hash(old), old)
+					tab.remove(i)
+					delete(held, old)
+					break
+				}
+			}
+			tab.insert(h, k)
+			held[k] = true
+		}
+	}
+	if hits < 1000 {
+		t.Fatalf("only %d lookups found their key", hits)
+	}
+}
+
+// TestShortKeysSpread: the keys a service makes, an enum and a number,
+// spread over the shards (hashShort's low bits) and over a table's homes
+// (its top bits) within a third of even.
+func TestShortKeysSpread(t *testing.T) {
+	s := New(Options{Shards: 256})
+	const n = 1 << 16
+	var shards, homes [256]int
+	for i := range n {
+		k := "3:" + strconv.Itoa(i)
+		lo, hi := keybuf.Load(k)
+		h, shard := s.hashShort(lo, hi, len(k))
+		if hh, ss := s.hash(k); hh != h || ss != shard {
+			t.Fatalf("hash(%q) = %x, %d; hashShort %x, %d", k, hh, ss, h, shard)
+		}
+		shards[shard]++
+		homes[h>>56]++
+	}
+	for i := range 256 {
+		if c := shards[i]; c < n/256*2/3 || c > n/256*4/3 {
+			t.Fatalf("shard %d holds %d of %d keys", i, c, n)
+		}
+		if c := homes[i]; c < n/256*2/3 || c > n/256*4/3 {
+			t.Fatalf("home %d/256 holds %d of %d keys", i, c, n)
 		}
 	}
 }
