@@ -286,13 +286,20 @@ func TestFindShortAsFind(t *testing.T) {
 
 // TestShortKeysSpread: the keys a service makes, an enum and a number,
 // spread over the shards (hashShort's low bits) and over a table's homes
-// (its top bits) within a third of even.
+// (its top bits) within a third of even: numbers that differ in their
+// first word, and longer ones that differ only in their second.
 func TestShortKeysSpread(t *testing.T) {
+	for _, prefix := range []string{"3:", "3:12345678"} {
+		t.Run(prefix, func(t *testing.T) { spread(t, prefix) })
+	}
+}
+
+func spread(t *testing.T, prefix string) {
 	s := New(Options{Shards: 256})
 	const n = 1 << 16
 	var shards, homes [256]int
 	for i := range n {
-		k := "3:" + strconv.Itoa(i)
+		k := prefix + strconv.Itoa(i)
 		lo, hi := keybuf.Load(k)
 		h, shard := s.hashShort(lo, hi, len(k))
 		if hh, ss := s.hash(k); hh != h || ss != shard {
