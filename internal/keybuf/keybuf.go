@@ -67,6 +67,13 @@ func Words(a, b string) (lo, hi uint64, n int, ok bool) {
 // own bytes.
 func Load(s string) (lo, hi uint64) { return load(s) }
 
+// Trim returns (lo, hi) with their bytes past the first n <= Max zeroed,
+// as Words and Load give a key of n bytes.
+func Trim(lo, hi uint64, n int) (uint64, uint64) {
+	m0, m1 := masks(n)
+	return lo & m0, hi & m1
+}
+
 // masks returns the masks of the first n <= Max bytes of a 128-bit
 // little-endian value.
 func masks(n int) (m0, m1 uint64) {

@@ -82,6 +82,10 @@ func TestWords(t *testing.T) {
 			for i := n; i < Max; i++ {
 				held[i] = byte(r.Uint32()) // not the key's: ignored
 			}
+			jlo, jhi := Load(string(held[:]))
+			if l, h := Trim(jlo, jhi, n); l != lo || h != hi {
+				t.Fatalf("lengths %d+%d: Trim gave %x %x, want %x %x", la, lb, l, h, lo, hi)
+			}
 			if !Equal(&held, lo, hi, n) {
 				t.Fatalf("lengths %d+%d: Equal false for the key's own bytes", la, lb)
 			}

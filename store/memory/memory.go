@@ -29,6 +29,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -364,13 +365,19 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	return g.Allowed, g.Remaining, time.Duration(g.RetryIn), time.Duration(g.ResetIn)
 }
 
-// SpendGCRAShort is SpendGCRA for a key of n <= keybuf.Max bytes given
-// as the two words of keybuf.Words or keybuf.Load: the caller builds the
-// key in registers and the store hashes and finds it there, where a key
-// written to memory and read back at once could wait for the stores
-// before it to reach the cache (limiter.SpendFor; BENCHMARKS.md). The
-// key's bytes are written out only for a new bucket.
+// SpendGCRAShort is SpendGCRA for a key of n bytes, 0 to 16, given as two
+// words: byte i of the key is byte i of lo, little-endian, for i < 8,
+// else byte i-8 of hi; the words' bytes past the key are ignored. The
+// caller builds the key in registers and the store hashes and finds it
+// there, where a key written to memory and read back at once could wait
+// for the stores before it to reach the cache (limiter.SpendFor;
+// BENCHMARKS.md). The key's bytes are written out only for a new bucket.
+// It panics if n is out of range.
 func (s *Store) SpendGCRAShort(clk clock.Clock, lo, hi uint64, n int, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
+	if uint(n) > keybuf.Max {
+		panic("memory: SpendGCRAShort of a key of " + strconv.Itoa(n) + " bytes, not 0 to 16")
+	}
+	lo, hi = keybuf.Trim(lo, hi, n)
 	h, i := s.hashShort(lo, hi, n)
 	sh := &s.shards[i]
 	sh.prefetchSlot(h)

@@ -283,6 +283,17 @@ func TestSpendGCRAShortAnswersAsSpendGCRA(t *testing.T) {
 		cost, check := int64(r.IntN(3)), r.IntN(4) == 0
 		clk.Add(time.Duration(r.IntN(300)) * time.Millisecond)
 		lo, hi := keybuf.Load(key)
+		if r.IntN(2) == 0 {
+			// Bytes past the key, which must be ignored.
+			for b := len(key); b < keybuf.Max; b++ {
+				junk := uint64(1+r.IntN(255)) << (8 * (b % 8))
+				if b < 8 {
+					lo |= junk
+				} else {
+					hi |= junk
+				}
+			}
+		}
 		var got, want [4]any
 		got[0], got[1], got[2], got[3] = short.SpendGCRAShort(clk, lo, hi, len(key), p, cost, check)
 		want[0], want[1], want[2], want[3] = long.SpendGCRA(clk, key, p, cost, check)
@@ -309,6 +320,23 @@ func TestSpendGCRAShortAnswersAsSpendGCRA(t *testing.T) {
 		if a != b {
 			t.Fatalf("%q: DoOne answers %+v over SpendGCRAShort's buckets, %+v over SpendGCRA's", key, a, b)
 		}
+	}
+}
+
+// TestSpendGCRAShortRefusesLongKeys: a length past 16 bytes, or below
+// zero, panics, naming it, rather than finding a bucket by part of a key.
+func TestSpendGCRAShortRefusesLongKeys(t *testing.T) {
+	s := memory.New(memory.Options{})
+	p := gcra.Limit{Burst: 1, Count: 1, Period: time.Second}.Params()
+	for _, n := range []int{17, 24, -1} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), strconv.Itoa(n)+" bytes") {
+					t.Errorf("n = %d: recovered %v, want a panic naming the length", n, r)
+				}
+			}()
+			s.SpendGCRAShort(clock.New(), 0, 0, n, p, 1, false)
+		}()
 	}
 }
 
