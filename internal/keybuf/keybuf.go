@@ -51,16 +51,33 @@ func Words(a, b string) (lo, hi uint64, n int, ok bool) {
 	}
 	alo, ahi := load(a)
 	blo, bhi := load(b)
+	lo, hi = Join(alo, ahi, len(a), blo, bhi)
+	return lo, hi, n, true
+}
+
+// Join returns the words of a key a then b, a of la bytes, given as Load
+// gives them, when they are at most Max bytes together.
+func Join(alo, ahi uint64, la int, blo, bhi uint64) (lo, hi uint64) {
 	// b shifted past a. Go's shifts by 64 or more give 0, which the cases
 	// rely on.
 	lo, hi = alo, ahi
-	if s := uint(len(a)) * 8; s < 64 {
+	if s := uint(la) * 8; s < 64 {
 		lo |= blo << s
 		hi |= bhi<<s | blo>>(64-s)
 	} else {
 		hi |= blo << (s - 64)
 	}
-	return lo, hi, n, true
+	return lo, hi
+}
+
+// Digits reports whether the n <= Max bytes of the key (lo, hi) are all
+// ASCII digits, without a loop: each byte's high nibble is 3 and its low
+// one at most 9 (adding 6 to it carries into the high nibble).
+func Digits(lo, hi uint64, n int) bool {
+	const high, low, six, three = 0xF0F0F0F0F0F0F0F0, 0x0F0F0F0F0F0F0F0F, 0x0606060606060606, 0x3030303030303030
+	m0, m1 := masks(n)
+	return lo&high&m0 == three&m0 && hi&high&m1 == three&m1 &&
+		((lo&low)+six)&high&m0 == 0 && ((hi&low)+six)&high&m1 == 0
 }
 
 // Load returns s, at most Max bytes, as Words does; it reads only s's

@@ -111,3 +111,40 @@ func randomText(r *rand.Rand, n int) string {
 	}
 	return string(b)
 }
+
+// TestDigits: for every length to Max, a key of digits is all digits
+// whatever follows it, and any one byte that is not a digit, at any
+// place, makes it not; Join puts two keys' words together as Words does.
+func TestDigits(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for n := 0; n <= Max; n++ {
+		key := make([]byte, Max)
+		for i := range key {
+			key[i] = byte('0' + r.IntN(10))
+		}
+		for i := n; i < Max; i++ {
+			key[i] = byte(r.Uint32()) // past the key: ignored
+		}
+		lo, hi := Load(string(key))
+		if !Digits(lo, hi, n) {
+			t.Fatalf("%d digits %q: Digits false", n, key[:n])
+		}
+		for i := 0; i < n; i++ {
+			for c := 0; c < 256; c++ {
+				other := bytes.Clone(key)
+				other[i] = byte(c)
+				lo, hi := Load(string(other))
+				if want := c >= '0' && c <= '9'; Digits(lo, hi, n) != want {
+					t.Fatalf("%d bytes %q, byte %d = %#x: Digits %v, want %v", n, other[:n], i, c, !want, want)
+				}
+			}
+		}
+		a, b := string(key[:n/2]), string(key[n/2:n])
+		alo, ahi := Load(a)
+		blo, bhi := Load(b)
+		jlo, jhi := Join(alo, ahi, len(a), blo, bhi)
+		if wlo, whi, _, _ := Words(a, b); jlo != wlo || jhi != whi {
+			t.Fatalf("Join(%q, %q) = %x %x, Words %x %x", a, b, jlo, jhi, wlo, whi)
+		}
+	}
+}
