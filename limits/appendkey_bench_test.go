@@ -6,18 +6,7 @@ import "testing"
 // override in the Set's file and of one with none (the Set's other names
 // have some), one caller, the key written into a reused buffer.
 func BenchmarkAppendKey(b *testing.B) {
-	d, err := ParseDefaults("defaults.yaml", []byte(setDefaults+"OtherThingsPerAccount: {burst: 7, count: 7, period: 1h}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	o, err := ParseOverrides("overrides.yaml", []byte(setOverrides))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := New(d, o)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := setOf(b, setDefaults+"OtherThingsPerAccount: {burst: 7, count: 7, period: 1h}\n", setOverrides)
 	buf := make([]byte, 0, 64)
 	for _, name := range []string{NewOrdersPerAccount, "OtherThingsPerAccount"} {
 		b.Run(name, func(b *testing.B) {

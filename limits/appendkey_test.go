@@ -93,14 +93,7 @@ func TestEveryNameFindsItsEntry(t *testing.T) {
 	for i := range 3 * nameSlots {
 		fmt.Fprintf(&defaults, "Thing%dPerAccount: {burst: %d, count: 1, period: 1h}\n", i, i+1)
 	}
-	d, err := ParseDefaults("defaults.yaml", []byte(defaults.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(d, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := setOf(t, defaults.String(), "")
 	shared := 0
 	for _, n := range s.Names() {
 		if e := s.entry(n.Text); e != s.names[n.Text] {
@@ -140,18 +133,7 @@ func TestOverridesApplyWhateverTheirName(t *testing.T) {
 	for i := range inFile {
 		fmt.Fprintf(&overrides, "- Thing%dPerAccount:\n    burst: %d\n    count: 1\n    period: 1h\n    ids: [5]\n", i, 1000+i)
 	}
-	d, err := ParseDefaults("defaults.yaml", []byte(defaults.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := ParseOverrides("overrides.yaml", []byte(overrides.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := New(d, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	files := setOf(t, defaults.String(), overrides.String())
 	rt := map[string]Override{}
 	for i := range atRuntime {
 		ov, err := files.RuntimeOverride(RuntimeSpec{Name: fmt.Sprintf("Thing%dPerAccount", i), ID: "6", Burst: ptr(int64(2000 + i)), Count: ptr(int64(1)), Period: "1h"})

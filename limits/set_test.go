@@ -71,13 +71,27 @@ const setOverrides = `
 
 func testSet(t testing.TB) *Set {
 	t.Helper()
-	d, err := ParseDefaults("defaults.yaml", []byte(setDefaults))
-	if err != nil {
-		t.Fatal(err)
+	return setOf(t, setDefaults, setOverrides)
+}
+
+// setOf is the Set of a defaults file and an overrides file, given as
+// text; an empty one is no file.
+func setOf(t testing.TB, defaults, overrides string) *Set {
+	t.Helper()
+	var (
+		d   *Defaults
+		o   *Overrides
+		err error
+	)
+	if defaults != "" {
+		if d, err = ParseDefaults("defaults.yaml", []byte(defaults)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	o, err := ParseOverrides("overrides.yaml", []byte(setOverrides))
-	if err != nil {
-		t.Fatal(err)
+	if overrides != "" {
+		if o, err = ParseOverrides("overrides.yaml", []byte(overrides)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s, err := New(d, o)
 	if err != nil {

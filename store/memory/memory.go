@@ -178,8 +178,7 @@ func New(o Options) *Store {
 	}
 	s := &Store{shards: make([]shard, p), mask: uint64(p - 1), seed: maphash.MakeSeed()}
 	for i := range s.secret {
-		// Odd, so that no secret zeroes a product by itself.
-		s.secret[i] = rand.Uint64() | 1
+		s.secret[i] = rand.Uint64()
 	}
 	for i := range s.shards {
 		s.shards[i].tab = newTable()
@@ -282,10 +281,10 @@ func (s *Store) hash(key string) (uint64, int) {
 }
 
 // hashShort is hash for a key of n <= keybuf.Max bytes given as
-// keybuf.Words gives it: the words, each mixed with a secret of the
-// Store's, multiplied into 128 bits, and the halves' sum mixed again with
-// the length, as wyhash does. The secrets are random, so that keys
-// cannot be chosen to collide.
+// keybuf.Words gives it: the words, each xored with a secret of the
+// Store's, multiplied into 128 bits, and the halves xored together and
+// multiplied again with the length, as wyhash does. The secrets are
+// random, so that keys cannot be chosen to collide.
 func (s *Store) hashShort(lo, hi uint64, n int) (uint64, int) {
 	a, b := bits.Mul64(lo^s.secret[0], hi^s.secret[1])
 	c, d := bits.Mul64(a^b^s.secret[2], uint64(n)^s.secret[3])

@@ -1,9 +1,10 @@
 package memory
 
 import (
-	"github.com/sluice-rl/sluice/internal/keybuf"
 	"math/bits"
 	"strings"
+
+	"github.com/sluice-rl/sluice/internal/keybuf"
 )
 
 // inlineKey is the longest key kept in its slot; a longer one is kept in
