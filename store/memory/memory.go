@@ -3,7 +3,8 @@
 // while the shard is locked. It is the default backend and needs no other
 // process. A bucket's key (up to 24 bytes) and state share one 64-byte slot
 // of its shard's table, so that a decision reads and changes its bucket in
-// one memory access (table.go).
+// one memory access (table.go); a longer key is kept in its shard's buffer
+// of long keys, one access more (longkeys.go).
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
 // ended) are treated as missing and removed as the store comes across them.
@@ -59,9 +60,9 @@ type Options struct {
 	// shards: each bucket counts len(key) + EntryOverhead. Default
 	// 268,435,456 (256 MiB); minimum EntryOverhead+64 per shard. The heap
 	// the store holds stays within about MaxBytes: filled to a 32 MiB
-	// budget with 16- to 1000-byte keys it held 16 to 33 MiB of heap
-	// (TestHeapStaysWithinMaxBytes; long keys round up to Go's size
-	// classes).
+	// budget with 16- to 1000-byte keys it held 16 to 34 MiB of heap
+	// (TestHeapStaysWithinMaxBytes; the buffer of a shard's keys longer
+	// than 24 bytes keeps up to an eighth more room than they need).
 	MaxBytes int64
 	// Registerer, when not nil, receives the store's metrics:
 	// sluice_memory_entries, sluice_memory_bytes,
@@ -76,7 +77,8 @@ type Options struct {
 // 64-byte slot in the shard's table, which grows by doubling when three
 // quarters full and so is between three eighths and three quarters full
 // (85 to 171 bytes a bucket, keys of up to 24 bytes included); a longer
-// key adds its copy and a string header. Measured on amd64 with Go 1.26 at
+// key adds its copy, rounded up to 8 bytes, and an 8-byte header
+// (longkeys.go). Measured on amd64 with Go 1.26 at
 // 96 to 125 bytes per bucket besides a 16-byte key
 // (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
 // MaxBytes but for the moment after a table doubles.
@@ -534,8 +536,12 @@ func (sh *shard) put(h uint64, key string, nowNs int64) int {
 		sh.refused++
 		return -1
 	}
-	sh.bytes += c
 	i := sh.tab.insert(h, key)
+	if i < 0 {
+		sh.refused++
+		return -1
+	}
+	sh.bytes += c
 	if uint32(sh.tab.shift) != sh.slotsShift.Load() {
 		sh.publish() // the table grew
 	}

@@ -2,13 +2,12 @@ package memory
 
 import (
 	"math/bits"
-	"strings"
 
 	"github.com/sluice-rl/sluice/internal/keybuf"
 )
 
 // inlineKey is the longest key kept in its slot; a longer one is kept in
-// table.long and costs a second memory access to compare.
+// table.long and costs a second memory access to compare (longkeys.go).
 const inlineKey = 24
 
 // A key SpendGCRAShort finds by its words is held in its slot.
@@ -27,7 +26,7 @@ type slot struct {
 	val   int64  // GCRA: the theoretical arrival time; FixedWindow: the window's first Unix second
 	count int64  // FixedWindow: the window's counter
 	klen  uint32 // the key's length, with windowBit set for a FixedWindow bucket
-	kref  uint32 // for a key longer than inlineKey: its index in table.long
+	kref  uint32 // for a key longer than inlineKey: its record's offset in table.long, in words
 	key   [inlineKey]byte
 }
 
@@ -40,12 +39,11 @@ func (s *slot) keyLen() int { return int(s.klen &^ windowBit) }
 // top bits of its hash (the shard is chosen by the low ones), and removal
 // shifts the buckets after it back, so that no tombstones build up.
 type table struct {
-	slots    []slot
-	shift    uint // 64 - log2(len(slots))
-	n        int  // buckets held
-	long     []string
-	freeLong []uint32
-	cursor   int // where the next sweep starts
+	slots  []slot
+	shift  uint // 64 - log2(len(slots))
+	n      int  // buckets held
+	long   longKeys
+	cursor int // where the next sweep starts
 }
 
 const minSlots = 8
@@ -119,32 +117,27 @@ func (t *table) keyIs(s *slot, key string) bool {
 	if n <= inlineKey {
 		return string(s.key[:n]) == key
 	}
-	return t.long[s.kref] == key
+	return t.long.is(s.kref, n, key)
 }
 
 // insert adds key, with hash h, which the table does not hold, and returns
-// its slot. It may grow the table, moving every slot.
+// its slot, or -1 when a key longer than inlineKey finds no room in
+// table.long (past 32 GiB of such keys). It may grow the table, moving
+// every slot. The key is copied: the caller's may live in memory it
+// reuses.
 func (t *table) insert(h uint64, key string) int {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
 	i, _ := t.find(h, key)
 	s := &t.slots[i]
-	s.hash = h
-	s.klen = uint32(len(key))
 	if len(key) <= inlineKey {
 		copy(s.key[:], key)
-	} else {
-		// The caller's key may live in memory it reuses: keep a copy.
-		k := strings.Clone(key)
-		if n := len(t.freeLong); n > 0 {
-			s.kref, t.freeLong = t.freeLong[n-1], t.freeLong[:n-1]
-			t.long[s.kref] = k
-		} else {
-			s.kref = uint32(len(t.long))
-			t.long = append(t.long, k)
-		}
+	} else if !t.addLong(s, h, key) {
+		return -1
 	}
+	s.hash = h
+	s.klen = uint32(len(key))
 	t.n++
 	return i
 }
@@ -152,10 +145,8 @@ func (t *table) insert(h uint64, key string) int {
 // remove deletes the bucket in slot i. Buckets after it in its run may
 // move back, into i among others.
 func (t *table) remove(i int) {
-	s := &t.slots[i]
-	if s.keyLen() > inlineKey {
-		t.long[s.kref] = ""
-		t.freeLong = append(t.freeLong, s.kref)
+	if s := &t.slots[i]; s.keyLen() > inlineKey {
+		t.removeLong(s)
 	}
 	m := t.mask()
 	for j := (i + 1) & m; t.slots[j].hash != 0; j = (j + 1) & m {

@@ -77,6 +77,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				t.Fatalf("at the end: %q found %v, want it with %d", k, ok, v)
 			}
 		}
+		checkLong(t, &tab)
 	})
 }
 
@@ -150,9 +151,90 @@ func TestTableAgreesWithAMap(t *testing.T) {
 				}
 			}
 		}
-		if len(tab.long) > 300 {
-			t.Errorf("crowd %x: %d long keys kept for at most 300 live ones: freed entries are not reused", crowd, len(tab.long))
+		checkLong(t, &tab)
+	}
+}
+
+// TestLongKeysStayCompact churns through keys longer than a slot holds,
+// of 25 to 300 bytes, with hashes spread or crowded onto five homes, and
+// checks every key and value against a Go map and the long keys' buffer
+// (checkLong) as it goes: removed keys' bytes must be given back, by
+// compactLong, which moves the records of the keys kept and points their
+// slots at their new places. It also fails if the buffer grows past what
+// the keys held need by more than a quarter and compactAt.
+func TestLongKeysStayCompact(t *testing.T) {
+	for _, crowd := range []bool{false, true} {
+		r := rand.New(rand.NewPCG(7, 8))
+		tab := newTable()
+		want := map[string]int64{}
+		most := 0 // the most bytes of live records at any step
+		for step := range 60_000 {
+			n := r.IntN(2000)
+			k := strconv.Itoa(n) + ":" + strings.Repeat("k", 24+n%277)
+			h := fnv(k, crowd, 5)
+			i, ok := tab.find(h, k)
+			if _, in := want[k]; ok != in {
+				t.Fatalf("crowd %v, step %d: find(%.10q…) = %v, want %v", crowd, step, k, ok, in)
+			}
+			drain := step >= 30_000 // the second half: the table empties
+			switch {
+			case !ok && drain && r.IntN(20) > 0:
+			case !ok:
+				if i = tab.insert(h, k); i < 0 {
+					t.Fatalf("crowd %v, step %d: insert(%.10q…) refused", crowd, step, k)
+				}
+				tab.slots[i].val = int64(step)
+				want[k] = int64(step)
+			case drain || r.IntN(3) > 0:
+				tab.remove(i)
+				delete(want, k)
+				tab.shrink()
+			case tab.slots[i].val != want[k]:
+				t.Fatalf("crowd %v, step %d: %.10q… holds %d, want %d", crowd, step, k, tab.slots[i].val, want[k])
+			}
+			live := len(tab.long.buf) - tab.long.dead
+			most = max(most, live)
+			if step%1000 == 0 {
+				checkLong(t, &tab)
+				for j := range tab.slots {
+					if s := &tab.slots[j]; s.hash != 0 {
+						if v, in := want[tab.keyOf(s)]; !in || v != s.val {
+							t.Fatalf("crowd %v, step %d: slot %d holds %.10q… = %d, want %v %d", crowd, step, j, tab.keyOf(s), s.val, in, v)
+						}
+					}
+				}
+			}
+			if limit := most + most/4 + compactAt; cap(tab.long.buf) > limit {
+				t.Fatalf("crowd %v, step %d: %d bytes of buffer for at most %d of records, want at most %d", crowd, step, cap(tab.long.buf), most, limit)
+			}
 		}
+		checkLong(t, &tab)
+		if len(want) > 100 {
+			t.Fatalf("crowd %v: %d keys left, want the table emptied to check the buffer shrinks", crowd, len(want))
+		}
+		if live := len(tab.long.buf) - tab.long.dead; len(tab.long.buf) > live+live/8+compactAt {
+			t.Errorf("crowd %v: %d bytes of buffer left for %d of records", crowd, len(tab.long.buf), live)
+		}
+	}
+}
+
+// checkLong fails t unless tab.long holds exactly the records of the
+// long keys in tab's slots, and removed ones within the bound remove
+// keeps: under compactAt bytes, or under an eighth of the buffer.
+func checkLong(t *testing.T, tab *table) {
+	t.Helper()
+	live := 0
+	for i := range tab.slots {
+		if s := &tab.slots[i]; s.hash != 0 && s.keyLen() > inlineKey {
+			live += recordSize(s.keyLen())
+		}
+	}
+	l := &tab.long
+	if got := len(l.buf) - l.dead; got != live {
+		t.Errorf("long keys: %d bytes in live records, want %d (the slots' long keys)", got, live)
+	}
+	if l.dead >= compactAt && l.dead*8 >= len(l.buf) {
+		t.Errorf("long keys: %d of %d bytes removed, want fewer than %d or an eighth", l.dead, len(l.buf), compactAt)
 	}
 }
 
@@ -163,7 +245,7 @@ func (t *table) keyOf(s *slot) string {
 	if n <= inlineKey {
 		return string(s.key[:n])
 	}
-	return t.long[s.kref]
+	return t.long.at(s.kref, n)
 }
 
 // TestTableShrinks fills tables, removes most of their buckets, shrinks
