@@ -13,7 +13,9 @@
 // bucket is made before timing: each call is one allowed decision on a
 // live bucket, and what is measured is the cost of deciding. Each is timed
 // serial and parallel, with the keys its buckets were made with and with
-// fresh ones (see fresh). BenchmarkFloor is the least any of them must do.
+// fresh ones (see fresh), the buckets made in calling order and, with
+// fresh keys, in another (see apart), and with longer keys (see long).
+// BenchmarkFloor is the least any of them must do.
 // TestMemoryPerBucket reports the heap each keeps per live bucket.
 package peers
 
@@ -68,7 +70,10 @@ var keys = func() []string {
 // builds each request's key anew from the request. (With keys, the string
 // a bucket was made with comes back, cold: a store keeping that string
 // compares it by its address, and every limiter waits on the key's bytes.)
-var fresh = func() []string {
+var fresh = copied(keys)
+
+// copied returns keys copied one after the other into one string.
+func copied(keys []string) []string {
 	var sb strings.Builder
 	for _, k := range keys {
 		sb.WriteString(k)
@@ -81,7 +86,34 @@ var fresh = func() []string {
 		off += len(k)
 	}
 	return f
+}
+
+// apart is the order in which the "made apart" variants make their
+// buckets: another shuffle than the calls'. Made in calling order, a
+// limiter that allocates something per bucket finds those allocations
+// laid out in the order the calls then ask for them, which a service,
+// whose clients come back in no such order, does not.
+var apart = rand.New(rand.NewPCG(3, 4)).Perm(nKeys)
+
+// long are keys of 36 bytes, random UUIDs' text, in calling order, each
+// its own string: as long as many services' keys, and longer than the 24
+// bytes Sluice's memory store keeps in a bucket's slot. Their buckets are
+// made apart, with these strings, and the calls pass copies (longFresh),
+// as with fresh keys.
+var long = func() []string {
+	r := rand.New(rand.NewPCG(5, 6))
+	k := make([]string, nKeys)
+	for i := range k {
+		// The last field is i, so that no two keys are the same.
+		k[i] = fmt.Sprintf("%08x-%04x-4%03x-a%03x-%012x", r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, i)
+	}
+	return k
 }()
+
+var longFresh = copied(long)
+
+// readmePath names the README's path among the peers.
+const readmePath = "sluice README path (SpendFor)"
 
 // peer is one limiter under test: take reports whether key may go ahead.
 type peer struct {
@@ -100,7 +132,7 @@ var peers = []peer{
 			return err == nil && d.Allowed
 		}
 	}},
-	{"sluice README path (SpendFor)", func(tb testing.TB) func(string) bool {
+	{readmePath, func(tb testing.TB) func(string) bool {
 		// The README's whole path: the limit and bucket key of an account
 		// id from a Set, and the spend, in limiter.SpendFor. The keys here
 		// are account ids.
@@ -161,31 +193,54 @@ var peers = []peer{
 	}},
 }
 
-// warm makes every bucket live before timing, as in a busy service.
-func warm(tb testing.TB, take func(string) bool) {
-	for _, k := range keys {
+// warm makes the bucket of every key live before timing, as in a busy
+// service: in calling order, or in the order given.
+func warm(tb testing.TB, take func(string) bool, keys []string, order []int) {
+	for i := range keys {
+		k := keys[i]
+		if order != nil {
+			k = keys[order[i]]
+		}
 		if !take(k) {
 			tb.Fatalf("the first call for %s was refused", k)
 		}
 	}
 }
 
+// variant is a way of calling the limiters: the keys the buckets are
+// made with, in calling order, the order they are made in (nil: calling
+// order), and the keys the calls pass.
+type variant struct {
+	suffix string
+	made   []string
+	order  []int
+	calls  []string
+}
+
+var variants = []variant{
+	{"", keys, nil, keys},
+	{"-fresh-keys", keys, nil, fresh},
+	{"-fresh-keys-made-apart", keys, apart, fresh},
+	{"-long-keys", long, apart, longFresh},
+}
+
 func BenchmarkPeers(b *testing.B) {
 	for _, p := range peers {
-		for _, v := range []struct {
-			suffix string
-			keys   []string
-		}{{"", keys}, {"-fresh-keys", fresh}} {
-			b.Run(p.name+"/serial"+v.suffix, func(b *testing.B) { serial(b, p, v.keys) })
-			b.Run(p.name+"/parallel"+v.suffix, func(b *testing.B) { parallel(b, p, v.keys) })
+		for _, v := range variants {
+			if v.suffix == "-long-keys" && p.name == readmePath {
+				continue // its keys are account ids
+			}
+			b.Run(p.name+"/serial"+v.suffix, func(b *testing.B) { serial(b, p, v) })
+			b.Run(p.name+"/parallel"+v.suffix, func(b *testing.B) { parallel(b, p, v) })
 		}
 	}
 }
 
 // serial times one caller's decisions, keys asked in turn.
-func serial(b *testing.B, p peer, keys []string) {
+func serial(b *testing.B, p peer, v variant) {
+	keys := v.calls
 	take := p.new(b)
-	warm(b, take)
+	warm(b, take, v.made, v.order)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -197,9 +252,10 @@ func serial(b *testing.B, p peer, keys []string) {
 
 // parallel times GOMAXPROCS callers' decisions, each asking keys in turn
 // from its own starting point.
-func parallel(b *testing.B, p peer, keys []string) {
+func parallel(b *testing.B, p peer, v variant) {
+	keys := v.calls
 	take := p.new(b)
-	warm(b, take)
+	warm(b, take, v.made, v.order)
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -232,7 +288,7 @@ func TestMemoryPerBucket(t *testing.T) {
 		}
 		before := heap()
 		take := p.new(t)
-		warm(t, take)
+		warm(t, take, keys, nil)
 		after := heap()
 		per := float64(int64(after)-int64(before)) / nKeys
 		t.Logf("%-34s %6.1f bytes per live bucket", p.name, per)
