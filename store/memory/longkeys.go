@@ -41,19 +41,13 @@ func (l *longKeys) is(w uint32, n int, key string) bool {
 	return string(l.buf[off:off+n]) == key
 }
 
-// at returns the key of n bytes at word w.
-func (l *longKeys) at(w uint32, n int) string {
-	off := int(w)*8 + 8
-	return string(l.buf[off : off+n])
-}
-
 // add appends a record of key, whose hash is h, and returns its word
 // offset; ok is false, the key not added, when buf would pass
 // maxLongWords words or the key's length does not fit its header.
 func (l *longKeys) add(h uint64, key string) (w uint32, ok bool) {
 	off := len(l.buf)
 	size := recordSize(len(key))
-	if len(key) >= deadBit || (off+size)/8 > maxLongWords {
+	if uint64(len(key)) >= deadBit || uint64(off+size)/8 > maxLongWords {
 		return 0, false
 	}
 	if off+size > cap(l.buf) {

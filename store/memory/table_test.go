@@ -245,7 +245,8 @@ func (t *table) keyOf(s *slot) string {
 	if n <= inlineKey {
 		return string(s.key[:n])
 	}
-	return t.long.at(s.kref, n)
+	off := int(s.kref)*8 + 8
+	return string(t.long.buf[off : off+n])
 }
 
 // TestTableShrinks fills tables, removes most of their buckets, shrinks
