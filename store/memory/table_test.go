@@ -368,12 +368,43 @@ func TestFindShortAsFind(t *testing.T) {
 }
 
 // TestShortKeysSpread: the keys a service makes, an enum and a number,
-// spread over the shards (hashShort's low bits) and over a table's homes
-// (its top bits) within a third of even: numbers that differ in their
-// first word, and longer ones that differ only in their second.
+// spread over the shards (hash's low bits) and over a table's homes (its
+// top bits) within a third of even: numbers that differ in their first
+// word, longer ones that differ only in their second, and keys of 17 to
+// 24 bytes (hashInline) that differ only in their last 8 bytes.
 func TestShortKeysSpread(t *testing.T) {
-	for _, prefix := range []string{"3:", "3:12345678"} {
+	for _, prefix := range []string{"3:", "3:12345678", "tenant-7:user:", "tenant:acme:user:"} {
 		t.Run(prefix, func(t *testing.T) { spread(t, prefix) })
+	}
+}
+
+// TestInlineKeysHashEveryByte: for keys of 17 to 24 bytes, changing any
+// one byte, or adding one, changes the hash. It fails for a hash that
+// leaves out a word.
+func TestInlineKeysHashEveryByte(t *testing.T) {
+	s := New(Options{})
+	r := rand.New(rand.NewPCG(9, 10))
+	for n := keybuf.Max + 1; n <= inlineKey; n++ {
+		for range 200 {
+			k := make([]byte, n+1)
+			for i := range k {
+				k[i] = byte('a' + r.IntN(26))
+			}
+			h, _ := s.hash(string(k[:n]))
+			if n < inlineKey {
+				if h2, _ := s.hash(string(k)); h2 == h {
+					t.Fatalf("%q and %q: the same hash %x", k[:n], k, h)
+				}
+			}
+			for p := range n {
+				was := k[p]
+				k[p] ^= 1 << r.IntN(8)
+				if h2, _ := s.hash(string(k[:n])); h2 == h {
+					t.Fatalf("%q: byte %d changed, the same hash %x", k[:n], p, h)
+				}
+				k[p] = was
+			}
+		}
 	}
 }
 
@@ -383,10 +414,11 @@ func spread(t *testing.T, prefix string) {
 	var shards, homes [256]int
 	for i := range n {
 		k := prefix + strconv.Itoa(i)
-		lo, hi := keybuf.Load(k)
-		h, shard := s.hashShort(lo, hi, len(k))
-		if hh, ss := s.hash(k); hh != h || ss != shard {
-			t.Fatalf("hash(%q) = %x, %d; hashShort %x, %d", k, hh, ss, h, shard)
+		h, shard := s.hash(k)
+		if lo, hi := keybuf.Load(k); len(k) <= keybuf.Max {
+			if hh, ss := s.hashShort(lo, hi, len(k)); hh != h || ss != shard {
+				t.Fatalf("hash(%q) = %x, %d; hashShort %x, %d", k, h, shard, hh, ss)
+			}
 		}
 		shards[shard]++
 		homes[h>>56]++
