@@ -15,7 +15,7 @@ import (
 // padded with zeros to a whole word. The header holds the key's length in
 // its low 32 bits, with deadBit set once the key is removed, and the top
 // 32 bits of the key's hash in its high ones, which find the record's
-// slot again when compact moves it. A slot holds its record's offset in
+// slot again when compactLong moves it. A slot holds its record's offset in
 // words (slot.kref).
 type longKeys struct {
 	buf  []byte
