@@ -294,10 +294,10 @@ func (s *Store) hash(key string) (uint64, int) {
 // every word goes through two multiplies at least, as in hashShort (with
 // the third word and the length in one multiply, keys that differ only
 // in their last bytes crowded some homes: TestShortKeysSpread). Three
-// loads and three multiplies, in place of maphash's call:
-// 17- to 24-byte keys (an enum and a long number, a tenant and a user)
-// are common (issue 16's notes: about 15% a decision over a million
-// 20-byte keys).
+// loads and three multiplies, in place of maphash's call, for keys as
+// common as an enum and a long number, or a tenant and a user (no
+// benchmark here has such keys; issue 16's notes have a throwaway
+// measurement).
 func (s *Store) hashInline(key string) (uint64, int) {
 	n := len(key)
 	b := unsafe.Slice(unsafe.StringData(key), n)
@@ -566,14 +566,14 @@ func (sh *shard) put(h uint64, key string, nowNs int64) int {
 		return -1
 	}
 	i := sh.tab.insert(h, key)
+	if uint32(sh.tab.shift) != sh.slotsShift.Load() {
+		sh.publish() // the table grew, even if the key then found no room
+	}
 	if i < 0 {
 		sh.refused++
 		return -1
 	}
 	sh.bytes += c
-	if uint32(sh.tab.shift) != sh.slotsShift.Load() {
-		sh.publish() // the table grew
-	}
 	return i
 }
 
