@@ -5,11 +5,12 @@ import (
 	"math"
 )
 
-// longKeys holds a table's keys longer than inlineKey, one after another
-// in one buffer that holds no pointer: comparing such a key with a
-// caller's is one memory access past its slot (kept as strings, it was
-// two: the string's header, then its bytes), and the collector has
-// neither a header nor a string per bucket to mark.
+// longKeys holds a table's keys longer than their slots keep (inlineKey,
+// inlineWindowKey), one after another in one buffer that holds no
+// pointer: comparing such a key with a caller's is one memory access past
+// its slot (kept as strings, it was two: the string's header, then its
+// bytes), and the collector has neither a header nor a string per bucket
+// to mark.
 //
 // Each key is a record of 8-byte words: a header, then the key's bytes,
 // padded with zeros to a whole word. The header holds the key's length in
@@ -37,8 +38,13 @@ func recordSize(n int) int { return 8 + (n+7)&^7 }
 
 // is reports whether the key of n bytes at word w is key.
 func (l *longKeys) is(w uint32, n int, key string) bool {
+	return string(l.key(w, n)) == key
+}
+
+// key returns the bytes of the key of n bytes at word w, in buf.
+func (l *longKeys) key(w uint32, n int) []byte {
 	off := int(w)*8 + 8
-	return string(l.buf[off:off+n]) == key
+	return l.buf[off : off+n]
 }
 
 // add appends a record of key, whose hash is h, and returns its word
@@ -72,7 +78,7 @@ func (l *longKeys) kill(w uint32, n int) {
 	l.dead += recordSize(n)
 }
 
-// addLong keeps key, longer than inlineKey, with hash h, for the slot s
+// addLong keeps key, longer than its slot keeps, with hash h, for the slot s
 // is to hold it, and reports whether it could.
 func (t *table) addLong(s *slot, h uint64, key string) bool {
 	w, ok := t.long.add(h, key)
@@ -84,7 +90,7 @@ func (t *table) addLong(s *slot, h uint64, key string) bool {
 	return ok
 }
 
-// removeLong drops the key of the slot s, longer than inlineKey, and
+// removeLong drops the key of the slot s, kept in the buffer, and
 // compacts the keys once removed ones are an eighth of the buffer and at
 // least compactAt bytes: the buffer's memory stays within about a quarter
 // more than the records of the keys held, plus compactAt.
@@ -113,7 +119,7 @@ func (t *table) compactLong() {
 		if uint32(hdr)&deadBit == 0 {
 			w, i := uint32(off/8), int(hdr>>32<<32>>t.shift)
 			for range len(t.slots) {
-				if s := &t.slots[i]; s.hash != 0 && s.keyLen() > inlineKey && s.kref == w {
+				if s := &t.slots[i]; s.hash != 0 && s.isLong() && s.kref == w {
 					s.kref = uint32(len(buf) / 8)
 					buf = append(buf, old[off:off+size]...)
 					break

@@ -1,10 +1,11 @@
 // Package memory is the embedded, in-process Store: sharded hash tables,
 // each shard under its own mutex, with the rate limit algorithm evaluated
 // while the shard is locked. It is the default backend and needs no other
-// process. A bucket's key (up to 24 bytes) and state share one 64-byte slot
-// of its shard's table, so that a decision reads and changes its bucket in
-// one memory access (table.go); a longer key is kept in its shard's buffer
-// of long keys, one access more (longkeys.go).
+// process. A bucket's key (up to 40 bytes for a GCRA bucket, 24 for a
+// fixed window) and state share one 64-byte slot of its shard's table, so
+// that a decision reads and changes its bucket in one memory access
+// (table.go); a longer key is kept in its shard's buffer of long keys, one
+// access more (longkeys.go).
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
 // ended) are treated as missing and removed as the store comes across them.
@@ -63,7 +64,7 @@ type Options struct {
 	// the store holds stays within about MaxBytes: filled to a 32 MiB
 	// budget with 16- to 1000-byte keys it held 16 to 34 MiB of heap
 	// (TestHeapStaysWithinMaxBytes; the buffer of a shard's keys longer
-	// than 24 bytes keeps up to an eighth more room than they need).
+	// than their slots keep has up to an eighth more room than they need).
 	MaxBytes int64
 	// Registerer, when not nil, receives the store's metrics:
 	// sluice_memory_entries, sluice_memory_bytes,
@@ -77,9 +78,9 @@ type Options struct {
 // EntryOverhead is the bytes counted for each bucket besides its key: its
 // 64-byte slot in the shard's table, which grows by doubling when three
 // quarters full and so is between three eighths and three quarters full
-// (85 to 171 bytes a bucket, keys of up to 24 bytes included); a longer
-// key adds its copy, rounded up to 8 bytes, and an 8-byte header
-// (longkeys.go). Measured on amd64 with Go 1.26 at
+// (85 to 171 bytes a bucket, the key included up to 40 bytes for a GCRA
+// bucket, 24 for a fixed window); a longer key adds its copy, rounded up
+// to 8 bytes, and an 8-byte header (longkeys.go). Measured on amd64 with Go 1.26 at
 // 96 to 125 bytes per bucket besides a 16-byte key
 // (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
 // MaxBytes but for the moment after a table doubles.
@@ -273,21 +274,21 @@ func (s *Store) Close() error {
 //
 // A key of up to keybuf.Max bytes is hashed from its bytes as two words
 // (hashShort), so that SpendGCRAShort can find its bucket from the words
-// alone; one that still fits a slot from three (hashInline); a longer one
+// alone; one of up to 24 bytes from three (hashInline); a longer one
 // with maphash.
 func (s *Store) hash(key string) (uint64, int) {
 	switch n := len(key); {
 	case n <= keybuf.Max:
 		lo, hi := keybuf.Load(key)
 		return s.hashShort(lo, hi, n)
-	case n <= inlineKey:
+	case n <= inlineWindowKey:
 		return s.hashInline(key)
 	}
 	h := maphash.String(s.seed, key)
 	return h | 1, int((h >> 1) & s.mask)
 }
 
-// hashInline is hash for a key of keybuf.Max+1 to inlineKey bytes: its
+// hashInline is hash for a key of keybuf.Max+1 to 24 bytes: its
 // first 16 bytes as two words and its last 8 as a third (overlapping the
 // second for a key of fewer than 24), mixed as hashShort mixes its words,
 // then the third word, then the length, each in a multiply of its own:
@@ -386,7 +387,7 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	g := p.Spend(nowNs, tat, cost)
 	put := g.Allowed && !check && cost != 0
 	if put && slot < 0 {
-		slot = sh.put(h, key, nowNs)
+		slot = sh.put(h, key, false, nowNs)
 	}
 	if put && slot >= 0 {
 		sh.tab.setTAT(slot, g.TAT)
@@ -420,7 +421,7 @@ func (s *Store) SpendGCRAShort(clk clock.Clock, lo, hi uint64, n int, p gcra.Par
 	if put && slot < 0 {
 		var key [keybuf.Max]byte
 		keybuf.Put(&key, lo, hi)
-		slot = sh.put(h, unsafe.String(&key[0], n), nowNs)
+		slot = sh.put(h, unsafe.String(&key[0], n), false, nowNs)
 	}
 	if put && slot >= 0 {
 		sh.tab.setTAT(slot, g.TAT)
@@ -506,21 +507,27 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slot int, nowNs int64) {
 	switch w {
 	case store.Put:
+		window := op.Algorithm == store.FixedWindow
 		if slot < 0 {
-			if slot = sh.put(h, op.Key, nowNs); slot < 0 {
+			if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
 				return
 			}
+		} else if !sh.tab.setKind(slot, window) {
+			// The bucket turns into the other kind, whose key no longer
+			// fits its slot, and table.long has no room for it: its state
+			// is not kept, as for a new bucket that finds no room.
+			sh.drop(slot)
+			sh.refused++
+			return
 		}
 		// The bucket may be dropped once it is full again: past its TAT,
 		// or at the end of its window.
 		e := &sh.tab.slots[slot]
-		if op.Algorithm == store.FixedWindow {
+		if window {
 			e.exp = (next.Start + int64(op.Window.Length/time.Second)) * int64(time.Second)
-			e.val, e.count = next.Start, next.Count
-			e.klen |= windowBit
+			e.setWindow(next.Start, next.Count)
 		} else {
-			e.exp, e.val, e.count = next.TAT, next.TAT, 0
-			e.klen &^= windowBit
+			e.exp = next.TAT
 		}
 	case store.Remove:
 		if slot >= 0 {
@@ -545,16 +552,18 @@ func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot 
 	case e.exp <= nowNs || window != (op.Algorithm == store.FixedWindow):
 		return store.State{}, i
 	case window:
-		return store.State{Exists: true, Start: e.val, Count: e.count}, i
+		start, count := e.window()
+		return store.State{Exists: true, Start: start, Count: count}, i
 	}
-	return store.State{Exists: true, TAT: e.val}, i
+	return store.State{Exists: true, TAT: e.exp}, i
 }
 
 // put adds a bucket under key, with hash h, which the shard does not hold,
-// and returns its slot. It makes room first when the shard is full, by
+// a FixedWindow bucket when window, else a GCRA one, and returns its
+// slot. It makes room first when the shard is full, by
 // removing expired buckets only; when that is not enough the new key is
 // not stored, counted as refused, and put returns -1. requires sh.mu held.
-func (sh *shard) put(h uint64, key string, nowNs int64) int {
+func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 	sh.inserts++
 	if sh.inserts >= sweepEvery {
 		sh.inserts = 0
@@ -565,7 +574,7 @@ func (sh *shard) put(h uint64, key string, nowNs int64) int {
 		sh.refused++
 		return -1
 	}
-	i := sh.tab.insert(h, key)
+	i := sh.tab.insert(h, key, window)
 	if uint32(sh.tab.shift) != sh.slotsShift.Load() {
 		sh.publish() // the table grew, even if the key then found no room
 	}

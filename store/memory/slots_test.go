@@ -129,3 +129,48 @@ func TestChurnSettlesTheTable(t *testing.T) {
 		t.Errorf("the table changed size %d times in 20,000 spends of churn, now %d slots for %d buckets; want it settled", resized, size, sh.tab.n)
 	}
 }
+
+// TestABucketChangesKind spends from keys as GCRA buckets, then as fixed
+// windows, and back, twice each time: each change of kind starts the
+// bucket afresh (the other kind's state is no state of its own), the
+// second spend of each pair sees the first, and the shard ends holding
+// each key once, its long keys' records exactly those of its buckets.
+// The keys' lengths are kept in the slot by either kind (10), by a GCRA
+// bucket only (30, 40: the key moves into and out of the shard's long
+// keys at each change), and by neither (41, 60).
+func TestABucketChangesKind(t *testing.T) {
+	for _, n := range []int{10, 30, 40, 41, 60} {
+		s := New(Options{Shards: 1})
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		ctx := context.Background()
+		g := store.Op{Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}, Cost: 1}
+		w := store.Op{Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 4, Length: time.Hour}, Cost: 1}
+		keys := make([]string, 300)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%0*d", n, i)
+		}
+		for round, op := range []store.Op{g, w, g, w, g} {
+			limit := g.Limit.Burst
+			if op.Algorithm == store.FixedWindow {
+				limit = w.Window.Limit
+			}
+			for _, k := range keys {
+				op.Key = k
+				for spent := int64(1); spent <= 2; spent++ {
+					r, err := s.DoOne(ctx, clk, op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !r.Allowed || r.Remaining != limit-spent {
+						t.Fatalf("%d-byte key %q, round %d (%v), spend %d: got %+v, want %d remaining", n, k, round, op.Algorithm, spent, r, limit-spent)
+					}
+				}
+			}
+		}
+		sh := &s.shards[0]
+		if sh.tab.n != len(keys) || sh.bytes != int64(len(keys))*costOf(n) {
+			t.Fatalf("%d-byte keys: %d buckets of %d bytes, want %d of %d", n, sh.tab.n, sh.bytes, len(keys), int64(len(keys))*costOf(n))
+		}
+		checkLong(t, &sh.tab)
+	}
+}

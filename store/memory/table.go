@@ -1,17 +1,26 @@
 package memory
 
 import (
+	"encoding/binary"
 	"math/bits"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/internal/keybuf"
 )
 
-// inlineKey is the longest key kept in its slot; a longer one is kept in
-// table.long and costs a second memory access to compare (longkeys.go).
-const inlineKey = 24
+// inlineKey is the longest key a GCRA bucket keeps in its slot, and
+// inlineWindowKey a FixedWindow bucket's, whose window takes the slot's
+// last 16 bytes; a longer key is kept in table.long and costs a second
+// memory access to compare (longkeys.go). They are what a 64-byte slot
+// has room for besides the hash, the expiry and the length.
+const (
+	inlineKey       = 40
+	inlineWindowKey = 24
+)
 
-// A key SpendGCRAShort finds by its words is held in its slot.
-const _ = uint(inlineKey - keybuf.Max)
+// A key SpendGCRAShort finds by its words is held in its slot, of either
+// kind.
+const _ = uint(inlineWindowKey - keybuf.Max)
 
 // windowBit marks, in slot.klen, a FixedWindow bucket.
 const windowBit = 1 << 31
@@ -20,18 +29,47 @@ const windowBit = 1 << 31
 // and its key, in one 64-byte cache line, so that finding a bucket and
 // reading and changing its state is one memory access. It holds no
 // pointer: the collector never scans the tables.
+//
+// A GCRA bucket's state is its theoretical arrival time, which is also
+// when the bucket is full again: exp. A FixedWindow bucket's window, its
+// first Unix second and its count, takes the last 16 bytes of key (see
+// window), after its first inlineWindowKey.
 type slot struct {
-	hash  uint64 // the key's hash with its low bit set; 0 marks an empty slot
-	exp   int64  // the Unix nanosecond at which the bucket is full again
-	val   int64  // GCRA: the theoretical arrival time; FixedWindow: the window's first Unix second
-	count int64  // FixedWindow: the window's counter
-	klen  uint32 // the key's length, with windowBit set for a FixedWindow bucket
-	kref  uint32 // for a key longer than inlineKey: its record's offset in table.long, in words
-	key   [inlineKey]byte
+	hash uint64 // the key's hash with its low bit set; 0 marks an empty slot
+	exp  int64  // the Unix nanosecond at which the bucket is full again; GCRA: its TAT
+	klen uint32 // the key's length, with windowBit set for a FixedWindow bucket
+	kref uint32 // for a key longer than the slot keeps: its record's offset in table.long, in words
+	key  [inlineKey]byte
 }
 
 // keyLen returns the length of the key held in s.
 func (s *slot) keyLen() int { return int(s.klen &^ windowBit) }
+
+// isWindow reports whether s holds a FixedWindow bucket.
+func (s *slot) isWindow() bool { return s.klen&windowBit != 0 }
+
+// inlineLen is the longest key a bucket of the kind given keeps in its
+// slot.
+func inlineLen(window bool) int {
+	if window {
+		return inlineWindowKey
+	}
+	return inlineKey
+}
+
+// isLong reports whether s's key is kept in table.long.
+func (s *slot) isLong() bool { return s.keyLen() > inlineLen(s.isWindow()) }
+
+// window returns a FixedWindow bucket's first Unix second and count.
+func (s *slot) window() (start, count int64) {
+	return int64(binary.LittleEndian.Uint64(s.key[inlineWindowKey:])), int64(binary.LittleEndian.Uint64(s.key[inlineWindowKey+8:]))
+}
+
+// setWindow stores a FixedWindow bucket's first Unix second and count.
+func (s *slot) setWindow(start, count int64) {
+	binary.LittleEndian.PutUint64(s.key[inlineWindowKey:], uint64(start))
+	binary.LittleEndian.PutUint64(s.key[inlineWindowKey+8:], uint64(count))
+}
 
 // table is an open-addressing hash table with linear probing, grown by
 // doubling when three quarters full and shrunk by halving, when swept,
@@ -95,7 +133,7 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 		return -1, nowNs
 	}
 	if e := &t.slots[slot]; e.klen&windowBit == 0 && e.exp > nowNs {
-		return slot, e.val
+		return slot, e.exp
 	}
 	return slot, nowNs
 }
@@ -104,8 +142,35 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 // be dropped once full again, past it.
 func (t *table) setTAT(slot int, tat int64) {
 	e := &t.slots[slot]
-	e.exp, e.val, e.count = tat, tat, 0
-	e.klen &^= windowBit
+	if e.isWindow() {
+		t.setKind(slot, false) // never fails: a GCRA bucket keeps a key in its slot at least as long
+	}
+	e.exp = tat
+}
+
+// setKind makes the bucket in slot a FixedWindow bucket when window, else
+// a GCRA one, moving its key between the slot and table.long when the
+// kinds keep it in different places, and reports whether it could: false,
+// the bucket left as it was, when the key finds no room in table.long.
+// A FixedWindow bucket's window is left for the caller to set.
+func (t *table) setKind(slot int, window bool) bool {
+	s := &t.slots[slot]
+	if s.isWindow() == window {
+		return true
+	}
+	n := s.keyLen()
+	switch wasLong, long := s.isLong(), n > inlineLen(window); {
+	case wasLong && !long:
+		copy(s.key[:], t.long.key(s.kref, n))
+		t.removeLong(s)
+		s.kref = 0
+	case !wasLong && long:
+		if !t.addLong(s, s.hash, unsafe.String(&s.key[0], n)) {
+			return false
+		}
+	}
+	s.klen ^= windowBit
+	return true
 }
 
 // keyIs reports whether s holds key.
@@ -114,30 +179,33 @@ func (t *table) keyIs(s *slot, key string) bool {
 	if n != len(key) {
 		return false
 	}
-	if n <= inlineKey {
+	if !s.isLong() {
 		return string(s.key[:n]) == key
 	}
 	return t.long.is(s.kref, n, key)
 }
 
-// insert adds key, with hash h, which the table does not hold, and returns
-// its slot, or -1 when a key longer than inlineKey finds no room in
-// table.long (past 32 GiB of such keys). It may grow the table, moving
-// every slot. The key is copied: the caller's may live in memory it
-// reuses.
-func (t *table) insert(h uint64, key string) int {
+// insert adds key, with hash h, which the table does not hold, as a
+// FixedWindow bucket when window, else a GCRA one, and returns its slot,
+// or -1 when a key longer than its slot keeps finds no room in table.long
+// (past 32 GiB of such keys). It may grow the table, moving every slot.
+// The key is copied: the caller's may live in memory it reuses.
+func (t *table) insert(h uint64, key string, window bool) int {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
 	i, _ := t.find(h, key)
 	s := &t.slots[i]
-	if len(key) <= inlineKey {
+	if len(key) <= inlineLen(window) {
 		copy(s.key[:], key)
 	} else if !t.addLong(s, h, key) {
 		return -1
 	}
 	s.hash = h
 	s.klen = uint32(len(key))
+	if window {
+		s.klen |= windowBit
+	}
 	t.n++
 	return i
 }
@@ -145,7 +213,7 @@ func (t *table) insert(h uint64, key string) int {
 // remove deletes the bucket in slot i. Buckets after it in its run may
 // move back, into i among others.
 func (t *table) remove(i int) {
-	if s := &t.slots[i]; s.keyLen() > inlineKey {
+	if s := &t.slots[i]; s.isLong() {
 		t.removeLong(s)
 	}
 	m := t.mask()

@@ -24,13 +24,16 @@ func fnv(k string, crowd bool, homes uint64) uint64 {
 }
 
 // FuzzTableAgreesWithAMap reads each input byte as an operation on one
-// of 64 keys — the top two bits: insert, remove (then shrink), or look
-// up; a third of the keys are longer than a slot holds — with hashes
-// crowded onto four home slots when the first byte is odd, and checks the
-// table against a map after each one and slot by slot at the end.
+// of 64 keys — the top two bits: make the bucket a GCRA one, make it a
+// FixedWindow one (inserting it if missing), remove it (then shrink), or
+// look it up; a third of the keys are longer than any slot holds, a third
+// fit a GCRA bucket's slot but not a FixedWindow's — with hashes crowded
+// onto four home slots when the first byte is odd, and checks the table
+// against a map after each one and slot by slot at the end.
 func FuzzTableAgreesWithAMap(f *testing.F) {
 	f.Add([]byte{1, 0x01, 0x41, 0x81, 0x02, 0xc2, 0x42})
 	f.Add([]byte{0, 0x00, 0x01, 0x02, 0x03, 0x40, 0x41, 0x00})
+	f.Add([]byte{1, 0x04, 0x44, 0xc4, 0x04, 0xc4, 0x47, 0x07, 0x84, 0xc7})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) == 0 {
 			return
@@ -38,12 +41,19 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 		crowd := ops[0]&1 == 1
 		hash := func(k string) uint64 { return fnv(k, crowd, 4) }
 		tab := newTable()
-		want := map[string]int64{}
+		type bucket struct {
+			v      int64
+			window bool
+		}
+		want := map[string]bucket{}
 		for step, op := range ops[1:] {
 			n := int(op & 63)
 			k := strconv.Itoa(n)
-			if n%3 == 0 {
+			switch n % 3 {
+			case 0:
 				k += strings.Repeat("L", inlineKey)
+			case 1:
+				k += strings.Repeat("M", inlineWindowKey+1)
 			}
 			h := hash(k)
 			i, ok := tab.find(h, k)
@@ -52,11 +62,17 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			}
 			switch op >> 6 {
 			case 0, 1:
+				window := op>>6 == 1
 				if !ok {
-					i = tab.insert(h, k)
+					i = tab.insert(h, k, window)
+				} else if !tab.setKind(i, window) {
+					t.Fatalf("step %d: %q refused as window %v", step, k, window)
 				}
-				tab.slots[i].val = int64(step)
-				want[k] = int64(step)
+				tab.slots[i].exp = int64(step)
+				if window {
+					tab.slots[i].setWindow(int64(step)+1, int64(step)+2)
+				}
+				want[k] = bucket{int64(step), window}
 			case 2:
 				if ok {
 					tab.remove(i)
@@ -64,157 +80,39 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 					tab.shrink()
 				}
 			default:
-				if ok && tab.slots[i].val != want[k] {
-					t.Fatalf("step %d: %q holds %d, want %d", step, k, tab.slots[i].val, want[k])
+				if ok {
+					checkBucket(t, &tab, i, k, want[k].v, want[k].window)
 				}
 			}
 			if tab.n != len(want) {
 				t.Fatalf("step %d: table holds %d, want %d", step, tab.n, len(want))
 			}
 		}
-		for k, v := range want {
-			if i, ok := tab.find(hash(k), k); !ok || tab.slots[i].val != v {
-				t.Fatalf("at the end: %q found %v, want it with %d", k, ok, v)
+		for k, b := range want {
+			i, ok := tab.find(hash(k), k)
+			if !ok {
+				t.Fatalf("at the end: %q not found, want it with %d", k, b.v)
 			}
+			checkBucket(t, &tab, i, k, b.v, b.window)
 		}
 		checkLong(t, &tab)
-	})
-}
-
-// TestTableAgreesWithAMap runs random inserts, lookups and removals, with
-// short and long keys and hashes crowded onto few home slots (so that runs
-// are long and wrap around the table's end), against a Go map, and checks
-// after every step that each key the map holds is found with its value and
-// that the table holds nothing else.
-func TestTableAgreesWithAMap(t *testing.T) {
-	for _, crowd := range []uint64{0, 0xFFFF_0000_0000_0000} {
-		r := rand.New(rand.NewPCG(7, crowd))
-		// hash gives keys few distinct hashes when crowd is set: only the
-		// top bits (the home slot) vary, over a few values.
-		hash := func(k string) uint64 {
-			h := uint64(len(k))*0x9E3779B97F4A7C15 ^ uint64(k[len(k)-1])<<32
-			for i := 0; i < len(k); i++ {
-				h = h*31 + uint64(k[i])
-			}
-			if crowd != 0 {
-				h = (h % 5) << 61
-			}
-			return h | 1
-		}
-		tab := newTable()
-		want := map[string]int64{}
-		key := func() string {
-			k := strconv.Itoa(r.IntN(300))
-			if r.IntN(3) == 0 {
-				k += strings.Repeat("x", inlineKey) // kept in table.long
-			}
-			return k
-		}
-		for step := range 20_000 {
-			k := key()
-			h := hash(k)
-			i, ok := tab.find(h, k)
-			if _, in := want[k]; ok != in {
-				t.Fatalf("crowd %x, step %d: find(%q) = %v, want %v", crowd, step, k, ok, in)
-			}
-			switch {
-			case !ok:
-				i = tab.insert(h, k)
-				tab.slots[i].val = int64(step)
-				want[k] = int64(step)
-			case r.IntN(2) == 0:
-				tab.remove(i)
-				delete(want, k)
-			default:
-				if got := tab.slots[i].val; got != want[k] {
-					t.Fatalf("crowd %x, step %d: %q holds %d, want %d", crowd, step, k, got, want[k])
-				}
-			}
-			if tab.n != len(want) {
-				t.Fatalf("crowd %x, step %d: table holds %d, want %d", crowd, step, tab.n, len(want))
-			}
-			if step%500 == 0 {
-				n := 0
-				for j := range tab.slots {
-					s := &tab.slots[j]
-					if s.hash == 0 {
-						continue
-					}
-					n++
-					k := tab.keyOf(s)
-					if v, in := want[k]; !in || v != s.val {
-						t.Fatalf("crowd %x, step %d: slot %d holds %q = %d, want %v %d", crowd, step, j, k, s.val, in, v)
-					}
-				}
-				if n != len(want) {
-					t.Fatalf("crowd %x, step %d: %d slots taken, want %d", crowd, step, n, len(want))
-				}
-			}
-		}
-		checkLong(t, &tab)
-	}
-}
-
-// TestLongKeysStayCompact churns through keys longer than a slot holds,
-// of 25 to 300 bytes, with hashes spread or crowded onto five homes, and
-// checks every key and value against a Go map and the long keys' buffer
-// (checkLong) as it goes: removed keys' bytes must be given back, by
-// compactLong, which moves the records of the keys kept and points their
-// slots at their new places. It also fails if the buffer grows past what
-// the keys held need by more than a quarter and compactAt.
-func TestLongKeysStayCompact(t *testing.T) {
-	for _, crowd := range []bool{false, true} {
-		r := rand.New(rand.NewPCG(7, 8))
-		tab := newTable()
-		want := map[string]int64{}
-		most := 0 // the most bytes of live records at any step
-		for step := range 60_000 {
-			n := r.IntN(2000)
-			k := strconv.Itoa(n) + ":" + strings.Repeat("k", 24+n%277)
-			h := fnv(k, crowd, 5)
-			i, ok := tab.find(h, k)
-			if _, in := want[k]; ok != in {
-				t.Fatalf("crowd %v, step %d: find(%.10q…) = %v, want %v", crowd, step, k, ok, in)
-			}
-			drain := step >= 30_000 // the second half: the table empties
-			switch {
-			case !ok && drain && r.IntN(20) > 0:
-			case !ok:
-				if i = tab.insert(h, k); i < 0 {
-					t.Fatalf("crowd %v, step %d: insert(%.10q…) refused", crowd, step, k)
-				}
-				tab.slots[i].val = int64(step)
-				want[k] = int64(step)
-			case drain || r.IntN(3) > 0:
-				tab.remove(i)
-				delete(want, k)
-				tab.shrink()
-			case tab.slots[i].val != want[k]:
-				t.Fatalf("crowd %v, step %d: %.10q… holds %d, want %d", crowd, step, k, tab.slots[i].val, want[k])
-			}
-			live := len(tab.long.buf) - tab.long.dead
-			most = max(most, live)
-			if step%1000 == 0 {
-				checkLong(t, &tab)
-				for j := range tab.slots {
-					if s := &tab.slots[j]; s.hash != 0 {
-						if v, in := want[tab.keyOf(s)]; !in || v != s.val {
-							t.Fatalf("crowd %v, step %d: slot %d holds %.10q… = %d, want %v %d", crowd, step, j, tab.keyOf(s), s.val, in, v)
-						}
-					}
-				}
-			}
-			if limit := most + most/4 + compactAt; cap(tab.long.buf) > limit {
-				t.Fatalf("crowd %v, step %d: %d bytes of buffer for at most %d of records, want at most %d", crowd, step, cap(tab.long.buf), most, limit)
-			}
-		}
-		checkLong(t, &tab)
-		if len(want) > 100 {
-			t.Fatalf("crowd %v: %d keys left, want the table emptied to check the buffer shrinks", crowd, len(want))
-		}
 		if live := len(tab.long.buf) - tab.long.dead; len(tab.long.buf) > live+live/8+compactAt {
 			t.Errorf("crowd %v: %d bytes of buffer left for %d of records", crowd, len(tab.long.buf), live)
 		}
+	})
+}
+
+// checkBucket fails t unless slot i holds key k, kept where its kind
+// keeps it, with v in exp and, for a FixedWindow bucket, v+1 and v+2 as
+// its window.
+func checkBucket(t *testing.T, tab *table, i int, k string, v int64, window bool) {
+	t.Helper()
+	s := &tab.slots[i]
+	if s.exp != v || s.isWindow() != window || s.isLong() != (len(k) > inlineLen(window)) || tab.keyOf(s) != k {
+		t.Fatalf("slot %d holds %q = %d, window %v, long %v; want %q = %d, window %v", i, tab.keyOf(s), s.exp, s.isWindow(), s.isLong(), k, v, window)
+	}
+	if start, count := s.window(); window && (start != v+1 || count != v+2) {
+		t.Fatalf("slot %d, %q: window %d, %d, want %d, %d", i, k, start, count, v+1, v+2)
 	}
 }
 
@@ -225,7 +123,7 @@ func checkLong(t *testing.T, tab *table) {
 	t.Helper()
 	live := 0
 	for i := range tab.slots {
-		if s := &tab.slots[i]; s.hash != 0 && s.keyLen() > inlineKey {
+		if s := &tab.slots[i]; s.hash != 0 && s.isLong() {
 			live += recordSize(s.keyLen())
 		}
 	}
@@ -242,7 +140,7 @@ func checkLong(t *testing.T, tab *table) {
 // its length).
 func (t *table) keyOf(s *slot) string {
 	n := s.keyLen()
-	if n <= inlineKey {
+	if !s.isLong() {
 		return string(s.key[:n])
 	}
 	off := int(s.kref)*8 + 8
@@ -265,7 +163,7 @@ func TestTableShrinks(t *testing.T) {
 				if i%4 == 0 {
 					k += strings.Repeat("L", inlineKey)
 				}
-				tab.slots[tab.insert(hash(k), k)].val = int64(i)
+				tab.slots[tab.insert(hash(k), k, false)].exp = int64(i)
 				want[k] = int64(i)
 			}
 			for k := range want {
@@ -290,14 +188,14 @@ func TestTableShrinks(t *testing.T) {
 				t.Fatalf("crowd %v: holds %d, want %d", crowd, tab.n, keep)
 			}
 			for k, v := range want {
-				if i, ok := tab.find(hash(k), k); !ok || tab.slots[i].val != v {
+				if i, ok := tab.find(hash(k), k); !ok || tab.slots[i].exp != v {
 					t.Fatalf("crowd %v, %d kept: %q found %v, want it with %d", crowd, keep, k, ok, v)
 				}
 			}
 			for i := range 2000 {
 				k := "again" + strconv.Itoa(i+r.IntN(3)*10000)
 				if _, ok := tab.find(hash(k), k); !ok {
-					tab.insert(hash(k), k)
+					tab.insert(hash(k), k, false)
 				}
 			}
 			if tab.n*4 > len(tab.slots)*3 {
@@ -358,7 +256,7 @@ func TestFindShortAsFind(t *testing.T) {
 					break
 				}
 			}
-			tab.insert(h, k)
+			tab.insert(h, k, false)
 			held[k] = true
 		}
 	}
@@ -384,14 +282,14 @@ func TestShortKeysSpread(t *testing.T) {
 func TestInlineKeysHashEveryByte(t *testing.T) {
 	s := New(Options{})
 	r := rand.New(rand.NewPCG(9, 10))
-	for n := keybuf.Max + 1; n <= inlineKey; n++ {
+	for n := keybuf.Max + 1; n <= inlineWindowKey; n++ {
 		for range 200 {
 			k := make([]byte, n+1)
 			for i := range k {
 				k[i] = byte('a' + r.IntN(26))
 			}
 			h, _ := s.hash(string(k[:n]))
-			if n < inlineKey {
+			if n < inlineWindowKey {
 				if h2, _ := s.hash(string(k)); h2 == h {
 					t.Fatalf("%q and %q: the same hash %x", k[:n], k, h)
 				}
