@@ -14,7 +14,8 @@
 // live bucket, and what is measured is the cost of deciding. Each is timed
 // serial and parallel, with the keys its buckets were made with and with
 // fresh ones (see fresh), the buckets made in calling order and, with
-// fresh keys, in another (see apart), and with longer keys (see long).
+// fresh keys, in another (see apart), and with longer keys (see long and
+// longer).
 // BenchmarkFloor is the least any of them must do.
 // TestMemoryPerBucket reports the heap each keeps per live bucket.
 package peers
@@ -96,10 +97,11 @@ func copied(keys []string) []string {
 var apart = rand.New(rand.NewPCG(3, 4)).Perm(nKeys)
 
 // long are keys of 36 bytes, random UUIDs' text, in calling order, each
-// its own string: as long as many services' keys, and longer than the 24
-// bytes Sluice's memory store keeps in a bucket's slot. Their buckets are
-// made apart, with these strings, and the calls pass copies (longFresh),
-// as with fresh keys.
+// its own string: as long as many services' keys (longer than the 24
+// bytes Sluice's memory store kept in a bucket's slot until d89bebe; a
+// GCRA bucket's slot now keeps up to 40). Their buckets are made apart,
+// with these strings, and the calls pass copies (longFresh), as with
+// fresh keys.
 var long = func() []string {
 	r := rand.New(rand.NewPCG(5, 6))
 	k := make([]string, nKeys)
@@ -111,6 +113,21 @@ var long = func() []string {
 }()
 
 var longFresh = copied(long)
+
+// longer are keys of 57 bytes, a tenant and a user's UUID
+// ("tenant-1a2b3c4d/user-" and a key of long), made and called as long
+// are: longer than any slot of Sluice's memory store keeps, so that each
+// decision also reads the key's copy in the shard's buffer of long keys.
+var longer = func() []string {
+	r := rand.New(rand.NewPCG(7, 8))
+	k := make([]string, nKeys)
+	for i := range k {
+		k[i] = fmt.Sprintf("tenant-%08x/user-%s", r.Uint32(), long[i])
+	}
+	return k
+}()
+
+var longerFresh = copied(longer)
 
 // readmePath names the README's path among the peers.
 const readmePath = "sluice README path (SpendFor)"
@@ -222,12 +239,13 @@ var variants = []variant{
 	{"-fresh-keys", keys, nil, fresh},
 	{"-fresh-keys-made-apart", keys, apart, fresh},
 	{"-long-keys", long, apart, longFresh},
+	{"-longer-keys", longer, apart, longerFresh},
 }
 
 func BenchmarkPeers(b *testing.B) {
 	for _, p := range peers {
 		for _, v := range variants {
-			if v.suffix == "-long-keys" && p.name == readmePath {
+			if (v.suffix == "-long-keys" || v.suffix == "-longer-keys") && p.name == readmePath {
 				continue // its keys are account ids
 			}
 			b.Run(p.name+"/serial"+v.suffix, func(b *testing.B) { serial(b, p, v) })
