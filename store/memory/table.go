@@ -179,7 +179,7 @@ func (t *table) keyIs(s *slot, key string) bool {
 	if n != len(key) {
 		return false
 	}
-	if !s.isLong() {
+	if n <= inlineWindowKey || n <= inlineKey && !s.isWindow() {
 		return string(s.key[:n]) == key
 	}
 	return t.long.is(s.kref, n, key)
