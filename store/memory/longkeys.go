@@ -78,8 +78,8 @@ func (l *longKeys) kill(w uint32, n int) {
 	l.dead += recordSize(n)
 }
 
-// addLong keeps key, longer than its slot keeps, with hash h, for the slot s
-// is to hold it, and reports whether it could.
+// addLong keeps key, longer than its slot keeps, with hash h, for the
+// slot s is to hold it, and reports whether it could.
 func (t *table) addLong(s *slot, h uint64, key string) bool {
 	w, ok := t.long.add(h, key)
 	if !ok && t.long.dead > 0 {

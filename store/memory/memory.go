@@ -80,8 +80,8 @@ type Options struct {
 // quarters full and so is between three eighths and three quarters full
 // (85 to 171 bytes a bucket, the key included up to 40 bytes for a GCRA
 // bucket, 24 for a fixed window); a longer key adds its copy, rounded up
-// to 8 bytes, and an 8-byte header (longkeys.go). Measured on amd64 with Go 1.26 at
-// 96 to 125 bytes per bucket besides a 16-byte key
+// to 8 bytes, and an 8-byte header (longkeys.go). Measured on amd64 with
+// Go 1.26 at 96 to 125 bytes per bucket besides a 16-byte key
 // (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
 // MaxBytes but for the moment after a table doubles.
 const EntryOverhead = 160
@@ -560,9 +560,9 @@ func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot 
 
 // put adds a bucket under key, with hash h, which the shard does not hold,
 // a FixedWindow bucket when window, else a GCRA one, and returns its
-// slot. It makes room first when the shard is full, by
-// removing expired buckets only; when that is not enough the new key is
-// not stored, counted as refused, and put returns -1. requires sh.mu held.
+// slot. It makes room first when the shard is full, by removing expired
+// buckets only; when that is not enough the new key is not stored,
+// counted as refused, and put returns -1. requires sh.mu held.
 func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 	sh.inserts++
 	if sh.inserts >= sweepEvery {
