@@ -512,7 +512,7 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 			if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
 				return
 			}
-		} else if !sh.tab.setKind(slot, window) {
+		} else if sh.tab.slots[slot].isWindow() != window && !sh.tab.setKind(slot, window) {
 			// The bucket turns into the other kind, whose key no longer
 			// fits its slot, and table.long has no room for it: its state
 			// is not kept, as for a new bucket that finds no room.

@@ -136,8 +136,9 @@ func TestChurnSettlesTheTable(t *testing.T) {
 // second spend of each pair sees the first, and the shard ends holding
 // each key once, its long keys' records exactly those of its buckets.
 // The keys' lengths are kept in the slot by either kind (10), by a GCRA
-// bucket only (30, 40: the key moves into and out of the shard's long
-// keys at each change), and by neither (41, 60).
+// bucket only (30, 40: the key moves to the shard's long keys when its
+// bucket first becomes a fixed window, and stays there), and by neither
+// (41, 60).
 func TestABucketChangesKind(t *testing.T) {
 	for _, n := range []int{10, 30, 40, 41, 60} {
 		s := New(Options{Shards: 1})

@@ -22,8 +22,14 @@ const (
 // kind.
 const _ = uint(inlineWindowKey - keybuf.Max)
 
-// windowBit marks, in slot.klen, a FixedWindow bucket.
-const windowBit = 1 << 31
+// windowBit marks, in slot.klen, a FixedWindow bucket, and longBit a key
+// kept in table.long. The key's length takes the bits below them.
+const (
+	windowBit = 1 << 31
+	longBit   = 1 << 30
+	// maxKeyLen bounds a key's length: a longer one is refused.
+	maxKeyLen = longBit - 1
+)
 
 // slot is one bucket in a shard's table: the hash of its key, its state
 // and its key, in one 64-byte cache line, so that finding a bucket and
@@ -33,17 +39,20 @@ const windowBit = 1 << 31
 // A GCRA bucket's state is its theoretical arrival time, which is also
 // when the bucket is full again: exp. A FixedWindow bucket's window, its
 // first Unix second and its count, takes the last 16 bytes of key (see
-// window), after its first inlineWindowKey.
+// window), after its first inlineWindowKey. A key is kept where its
+// bucket's kind, when inserted, keeps it; a bucket made a FixedWindow one
+// moves a key too long for that kind to table.long, and one made a GCRA
+// bucket leaves its key where it is (setKind).
 type slot struct {
 	hash uint64 // the key's hash with its low bit set; 0 marks an empty slot
 	exp  int64  // the Unix nanosecond at which the bucket is full again; GCRA: its TAT
-	klen uint32 // the key's length, with windowBit set for a FixedWindow bucket
+	klen uint32 // the key's length, with windowBit and longBit
 	kref uint32 // for a key longer than the slot keeps: its record's offset in table.long, in words
 	key  [inlineKey]byte
 }
 
 // keyLen returns the length of the key held in s.
-func (s *slot) keyLen() int { return int(s.klen &^ windowBit) }
+func (s *slot) keyLen() int { return int(s.klen &^ (windowBit | longBit)) }
 
 // isWindow reports whether s holds a FixedWindow bucket.
 func (s *slot) isWindow() bool { return s.klen&windowBit != 0 }
@@ -58,7 +67,7 @@ func inlineLen(window bool) int {
 }
 
 // isLong reports whether s's key is kept in table.long.
-func (s *slot) isLong() bool { return s.keyLen() > inlineLen(s.isWindow()) }
+func (s *slot) isLong() bool { return s.klen&longBit != 0 }
 
 // window returns a FixedWindow bucket's first Unix second and count.
 func (s *slot) window() (start, count int64) {
@@ -142,34 +151,31 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 // be dropped once full again, past it.
 func (t *table) setTAT(slot int, tat int64) {
 	e := &t.slots[slot]
-	if e.isWindow() {
-		t.setKind(slot, false) // never fails: a GCRA bucket keeps a key in its slot at least as long
-	}
 	e.exp = tat
+	e.klen &^= windowBit // as setKind(slot, false), which leaves the key where it is
 }
 
 // setKind makes the bucket in slot a FixedWindow bucket when window, else
-// a GCRA one, moving its key between the slot and table.long when the
-// kinds keep it in different places, and reports whether it could: false,
-// the bucket left as it was, when the key finds no room in table.long.
-// A FixedWindow bucket's window is left for the caller to set.
+// a GCRA one, and reports whether it could: false, the bucket left as it
+// was, when it is to be a FixedWindow bucket, its key is too long for
+// that kind's slot and was kept in it, and table.long has no room for
+// it. A GCRA bucket's key stays where it is (in table.long, a key that a
+// GCRA bucket's slot could keep costs a second memory access to find,
+// until the bucket is removed). A FixedWindow bucket's window is left for
+// the caller to set.
 func (t *table) setKind(slot int, window bool) bool {
 	s := &t.slots[slot]
-	if s.isWindow() == window {
+	if !window {
+		s.klen &^= windowBit
 		return true
 	}
-	n := s.keyLen()
-	switch wasLong, long := s.isLong(), n > inlineLen(window); {
-	case wasLong && !long:
-		copy(s.key[:], t.long.key(s.kref, n))
-		t.removeLong(s)
-		s.kref = 0
-	case !wasLong && long:
+	if n := s.keyLen(); !s.isLong() && n > inlineWindowKey {
 		if !t.addLong(s, s.hash, unsafe.String(&s.key[0], n)) {
 			return false
 		}
+		s.klen |= longBit
 	}
-	s.klen ^= windowBit
+	s.klen |= windowBit
 	return true
 }
 
@@ -179,7 +185,7 @@ func (t *table) keyIs(s *slot, key string) bool {
 	if n != len(key) {
 		return false
 	}
-	if n <= inlineWindowKey || n <= inlineKey && !s.isWindow() {
+	if s.klen&longBit == 0 {
 		return string(s.key[:n]) == key
 	}
 	return t.long.is(s.kref, n, key)
@@ -188,24 +194,30 @@ func (t *table) keyIs(s *slot, key string) bool {
 // insert adds key, with hash h, which the table does not hold, as a
 // FixedWindow bucket when window, else a GCRA one, and returns its slot,
 // or -1 when a key longer than its slot keeps finds no room in table.long
-// (past 32 GiB of such keys). It may grow the table, moving every slot.
-// The key is copied: the caller's may live in memory it reuses.
+// (past 32 GiB of such keys), or is longer than maxKeyLen. It may grow
+// the table, moving every slot. The key is copied: the caller's may live
+// in memory it reuses.
 func (t *table) insert(h uint64, key string, window bool) int {
+	if len(key) > maxKeyLen {
+		return -1
+	}
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
 	i, _ := t.find(h, key)
 	s := &t.slots[i]
+	klen := uint32(len(key))
+	if window {
+		klen |= windowBit
+	}
 	if len(key) <= inlineLen(window) {
 		copy(s.key[:], key)
-	} else if !t.addLong(s, h, key) {
+	} else if t.addLong(s, h, key) {
+		klen |= longBit
+	} else {
 		return -1
 	}
-	s.hash = h
-	s.klen = uint32(len(key))
-	if window {
-		s.klen |= windowBit
-	}
+	s.hash, s.klen = h, klen
 	t.n++
 	return i
 }

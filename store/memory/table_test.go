@@ -44,6 +44,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 		type bucket struct {
 			v      int64
 			window bool
+			long   bool // its key kept in tab.long
 		}
 		want := map[string]bucket{}
 		for step, op := range ops[1:] {
@@ -63,6 +64,10 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			switch op >> 6 {
 			case 0, 1:
 				window := op>>6 == 1
+				// A new key goes where its kind keeps it; a key made a
+				// FixedWindow bucket's moves to tab.long if too long for
+				// its slot; one made a GCRA bucket's stays.
+				long := len(k) > inlineLen(window) || ok && (want[k].long || window && len(k) > inlineWindowKey)
 				if !ok {
 					i = tab.insert(h, k, window)
 				} else if !tab.setKind(i, window) {
@@ -72,7 +77,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				if window {
 					tab.slots[i].setWindow(int64(step)+1, int64(step)+2)
 				}
-				want[k] = bucket{int64(step), window}
+				want[k] = bucket{int64(step), window, long}
 			case 2:
 				if ok {
 					tab.remove(i)
@@ -81,7 +86,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				}
 			default:
 				if ok {
-					checkBucket(t, &tab, i, k, want[k].v, want[k].window)
+					checkBucket(t, &tab, i, k, want[k].v, want[k].window, want[k].long)
 				}
 			}
 			if tab.n != len(want) {
@@ -93,7 +98,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			if !ok {
 				t.Fatalf("at the end: %q not found, want it with %d", k, b.v)
 			}
-			checkBucket(t, &tab, i, k, b.v, b.window)
+			checkBucket(t, &tab, i, k, b.v, b.window, b.long)
 		}
 		checkLong(t, &tab)
 		if live := len(tab.long.buf) - tab.long.dead; len(tab.long.buf) > live+live/8+compactAt {
@@ -102,14 +107,13 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 	})
 }
 
-// checkBucket fails t unless slot i holds key k, kept where its kind
-// keeps it, with v in exp and, for a FixedWindow bucket, v+1 and v+2 as
-// its window.
-func checkBucket(t *testing.T, tab *table, i int, k string, v int64, window bool) {
+// checkBucket fails t unless slot i holds key k, in tab.long when long,
+// with v in exp and, for a FixedWindow bucket, v+1 and v+2 as its window.
+func checkBucket(t *testing.T, tab *table, i int, k string, v int64, window, long bool) {
 	t.Helper()
 	s := &tab.slots[i]
-	if s.exp != v || s.isWindow() != window || s.isLong() != (len(k) > inlineLen(window)) || tab.keyOf(s) != k {
-		t.Fatalf("slot %d holds %q = %d, window %v, long %v; want %q = %d, window %v", i, tab.keyOf(s), s.exp, s.isWindow(), s.isLong(), k, v, window)
+	if s.exp != v || s.isWindow() != window || s.isLong() != long || tab.keyOf(s) != k {
+		t.Fatalf("slot %d holds %q = %d, window %v, long %v; want %q = %d, window %v, long %v", i, tab.keyOf(s), s.exp, s.isWindow(), s.isLong(), k, v, window, long)
 	}
 	if start, count := s.window(); window && (start != v+1 || count != v+2) {
 		t.Fatalf("slot %d, %q: window %d, %d, want %d, %d", i, k, start, count, v+1, v+2)
