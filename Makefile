@@ -85,8 +85,8 @@ bench:
 # Sluice's Go library beside the in-process limiters Go users pick, on
 # 1,048,576 keys, in the module bench/peers (the main module never depends
 # on them): the keys the buckets were made with, fresh copies, fresh
-# copies of buckets made in another order, and 36-byte keys; 1 and 2
-# cores, and the heap each keeps per live bucket.
+# copies of buckets made in another order, and 36- and 57-byte keys; 1
+# and 2 cores, and the heap each keeps per live bucket.
 # BenchmarkSpendWithWork, a diagnostic, is left out (BENCHMARKS.md has its
 # command).
 bench-peers:

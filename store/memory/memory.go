@@ -547,7 +547,7 @@ func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot 
 		return store.State{}, -1
 	}
 	e := &sh.tab.slots[i]
-	window := e.klen&windowBit != 0
+	window := e.isWindow()
 	switch {
 	case e.exp <= nowNs || window != (op.Algorithm == store.FixedWindow):
 		return store.State{}, i

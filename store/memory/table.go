@@ -141,7 +141,7 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 	if !found {
 		return -1, nowNs
 	}
-	if e := &t.slots[slot]; e.klen&windowBit == 0 && e.exp > nowNs {
+	if e := &t.slots[slot]; !e.isWindow() && e.exp > nowNs {
 		return slot, e.exp
 	}
 	return slot, nowNs
