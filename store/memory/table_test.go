@@ -147,8 +147,7 @@ func (t *table) keyOf(s *slot) string {
 	if !s.isLong() {
 		return string(s.key[:n])
 	}
-	off := int(s.kref)*8 + 8
-	return string(t.long.buf[off : off+n])
+	return string(t.long.key(s.kref, n))
 }
 
 // TestTableShrinks fills tables, removes most of their buckets, shrinks
