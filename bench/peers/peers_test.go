@@ -141,7 +141,7 @@ type peer struct {
 var peers = []peer{
 	{"sluice limiter.Spend", func(tb testing.TB) func(string) bool {
 		// The README's library path.
-		l := limiter.New(memory.New(memory.Options{}), clock.New())
+		l := limiter.New(sluiceStore(tb), clock.New())
 		lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Hour}
 		ctx := context.Background()
 		return func(key string) bool {
@@ -153,7 +153,7 @@ var peers = []peer{
 		// The README's whole path: the limit and bucket key of an account
 		// id from a Set, and the spend, in limiter.SpendFor. The keys here
 		// are account ids.
-		l := limiter.New(memory.New(memory.Options{}), clock.New())
+		l := limiter.New(sluiceStore(tb), clock.New())
 		defaults, err := limits.ParseDefaults("defaults.yaml", []byte(fmt.Sprintf("NewOrdersPerAccount: {burst: %d, count: 1, period: 1h}\n", burst)))
 		if err != nil {
 			tb.Fatal(err)
@@ -208,6 +208,21 @@ var peers = []peer{
 			return err == nil && !limited
 		}
 	}},
+}
+
+// sluiceStore returns a memory store with room for every bucket a run
+// makes, which fails tb, at its end, if it refused any. (The default
+// MaxBytes, 256 MiB, holds fewer than nKeys buckets of keys of 41 to 80
+// bytes, and a refused bucket is answered as a fresh one: the run would
+// time that, not decisions on live buckets.)
+func sluiceStore(tb testing.TB) *memory.Store {
+	s := memory.New(memory.Options{MaxBytes: 1 << 30})
+	tb.Cleanup(func() {
+		if n := s.Refused(); n > 0 {
+			tb.Errorf("the memory store refused %d buckets: what was timed was not decisions on live buckets", n)
+		}
+	})
+	return s
 }
 
 // warm makes the bucket of every key live before timing, as in a busy

@@ -243,7 +243,7 @@ func TestHeapStaysWithinMaxBytes(t *testing.T) {
 		t.Skip("measures the heap")
 	}
 	const maxBytes = 32 << 20
-	for _, keyLen := range []int{16, 40, 200, 1000} {
+	for _, keyLen := range []int{16, 40, 60, 200, 1000} {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)

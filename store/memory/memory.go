@@ -4,15 +4,19 @@
 // process. A bucket's key (up to 40 bytes for a GCRA bucket, 24 for a
 // fixed window) and state share one 64-byte slot of its shard's table, so
 // that a decision reads and changes its bucket in one memory access
-// (table.go); a longer key is kept in its shard's buffer of long keys, one
-// access more (longkeys.go).
+// (table.go). A GCRA bucket's longer key, of up to 80 bytes, keeps its
+// first 24 in the slot and the rest in a 64-byte line of a second table
+// whose place follows from the key's hash, as the slot's does: the two
+// are loaded at once (lines.go). A longer one still, and a fixed window's
+// longer than 24 bytes, is kept in its shard's buffer of long keys, an
+// access more, after the slot's (longkeys.go).
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
 // ended) are treated as missing and removed as the store comes across them.
 //
 // The store is bounded twice, per shard: in entries (Options.MaxEntries)
 // and in bytes (Options.MaxBytes, each bucket counted as the length of its
-// key plus EntryOverhead). A new bucket that does not fit makes room only
+// key plus EntryOverhead, and LineOverhead more with a line). A new bucket that does not fit makes room only
 // by removing buckets that hold no state worth keeping: expired ones,
 // which are also the full ones (nothing spent, the same as missing), found
 // in a scan of at most evictScan entries. A live bucket is never evicted:
@@ -59,12 +63,15 @@ type Options struct {
 	// the bound reached first.
 	MaxEntries int
 	// MaxBytes bounds the bytes the buckets take, spread evenly over the
-	// shards: each bucket counts len(key) + EntryOverhead. Default
+	// shards: each bucket counts len(key) + EntryOverhead, and
+	// LineOverhead more when part of its key is kept in a line (a GCRA
+	// bucket's key of 41 to 80 bytes). Default
 	// 268,435,456 (256 MiB); minimum EntryOverhead+64 per shard. The heap
 	// the store holds stays within about MaxBytes: filled to a 32 MiB
 	// budget with 16- to 1000-byte keys it held 16 to 34 MiB of heap
 	// (TestHeapStaysWithinMaxBytes; the buffer of a shard's keys longer
-	// than their slots keep has up to an eighth more room than they need).
+	// than their slots and lines keep has up to an eighth more room than
+	// they need).
 	MaxBytes int64
 	// Registerer, when not nil, receives the store's metrics:
 	// sluice_memory_entries, sluice_memory_bytes,
@@ -79,12 +86,20 @@ type Options struct {
 // 64-byte slot in the shard's table, which grows by doubling when three
 // quarters full and so is between three eighths and three quarters full
 // (85 to 171 bytes a bucket, the key included up to 40 bytes for a GCRA
-// bucket, 24 for a fixed window); a longer key adds its copy, rounded up
-// to 8 bytes, and an 8-byte header (longkeys.go). Measured on amd64 with
+// bucket, 24 for a fixed window); a longer key adds a line (see
+// LineOverhead) or its copy, rounded up to 8 bytes, and an 8-byte header
+// (longkeys.go). Measured on amd64 with
 // Go 1.26 at 96 to 125 bytes per bucket besides a 16-byte key
 // (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
 // MaxBytes but for the moment after a table doubles.
 const EntryOverhead = 160
+
+// LineOverhead is the bytes counted, besides EntryOverhead, for a GCRA
+// bucket whose key is 41 to 80 bytes long: the 64-byte line that keeps
+// the key's bytes past its first 24, in a table of its shard's lines
+// that, as the slots', is between three eighths and three quarters full
+// but for the moments after it doubles (85 to 171 bytes a line).
+const LineOverhead = 128
 
 const (
 	defaultShards     = 256
@@ -116,7 +131,7 @@ type shard struct {
 	// tab holds the buckets, each with its key and state in one slot: a
 	// decision reads and changes its bucket in one memory access.
 	tab      table
-	bytes    int64 // sum of cost(key) over buckets
+	bytes    int64 // sum of costAt over buckets
 	inserts  int   // inserts since the last sweep
 	expired  int64 // expired buckets removed, in total
 	refused  int64 // new buckets not kept for want of room, in total
@@ -129,14 +144,38 @@ type shard struct {
 	// prefetch.
 	slotsAt    atomic.Uintptr
 	slotsShift atomic.Uint32
+	// linesAt and linesShift are slotsAt and slotsShift for tab's lines,
+	// or for noLines while there are none.
+	linesAt    atomic.Uintptr
+	linesShift atomic.Uint32
 	_          [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-// publish stores where tab's slots are, for prefetchSlot. requires sh.mu
-// held, or no other user yet.
+// publish stores where tab's slots and lines are, for prefetchSlot and
+// prefetchLine. requires sh.mu held, or no other user yet.
 func (sh *shard) publish() {
 	sh.slotsAt.Store(uintptr(unsafe.Pointer(unsafe.SliceData(sh.tab.slots))))
 	sh.slotsShift.Store(uint32(sh.tab.shift))
+	if l := &sh.tab.lines; len(l.lines) > 0 {
+		sh.linesAt.Store(uintptr(unsafe.Pointer(unsafe.SliceData(l.lines))))
+		sh.linesShift.Store(uint32(l.shift))
+	} else {
+		sh.linesAt.Store(uintptr(unsafe.Pointer(&noLines[0])))
+		sh.linesShift.Store(63)
+	}
+	sh.tab.moved, sh.tab.lines.moved = false, false
+}
+
+// noLines is where prefetchLine looks in a shard with no lines: a line
+// that is always there, so that it needs no test first.
+var noLines [2]line
+
+// publishMoved publishes tab's slots and lines if either moved since
+// they were last published. requires sh.mu held.
+func (sh *shard) publishMoved() {
+	if sh.tab.moved || sh.tab.lines.moved {
+		sh.publish()
+	}
 }
 
 // prefetchSlot starts loading the home slot of the bucket whose hash is h,
@@ -145,11 +184,45 @@ func (sh *shard) prefetchSlot(h uint64) {
 	prefetch(sh.slotsAt.Load() + uintptr(h>>sh.slotsShift.Load())*unsafe.Sizeof(slot{}))
 }
 
-// cost is the bytes a bucket under key counts towards MaxBytes.
-func cost(key string) int64 { return costOf(len(key)) }
+// prefetchLine starts loading the home line of the bucket whose hash is h,
+// as prefetchSlot does its slot: for a key longer than its slot keeps.
+func (sh *shard) prefetchLine(h uint64) {
+	prefetch(sh.linesAt.Load() + uintptr(h>>sh.linesShift.Load())*unsafe.Sizeof(line{}))
+}
 
-// costOf is cost for a key of n bytes.
-func costOf(n int) int64 { return int64(n) + EntryOverhead }
+// prefetch starts loading what a decision on a bucket of the kind given,
+// whose key is n bytes long and hash h, will read: its home slot and, for
+// a GCRA bucket's key longer than the slot keeps, its home line.
+func (sh *shard) prefetch(h uint64, n int, window bool) {
+	sh.prefetchSlot(h)
+	if !window && n > inlineKey {
+		sh.prefetchLine(h)
+	}
+}
+
+// cost is the bytes a new bucket under key, of the kind given, counts
+// towards MaxBytes: as if a key of a length kept in a line were, though
+// one whose hash another key's line has taken is kept in table.long and
+// counts less (see costAt).
+func cost(key string, window bool) int64 {
+	n := len(key)
+	return costOf(n, !window && n > inlineKey && n <= maxLineKey)
+}
+
+// costOf is the bytes a bucket under a key of n bytes counts, with a line
+// when line.
+func costOf(n int, line bool) int64 {
+	if line {
+		return int64(n) + EntryOverhead + LineOverhead
+	}
+	return int64(n) + EntryOverhead
+}
+
+// costAt is the bytes the bucket in slot i counts.
+func (t *table) costAt(i int) int64 {
+	s := &t.slots[i]
+	return costOf(s.keyLen(), s.hasLine())
+}
 
 // New returns an empty Store.
 func New(o Options) *Store {
@@ -206,7 +279,7 @@ func (s *Store) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(s.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_memory_bytes",
-			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead.",
+			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead, and a second for a key kept in part in a line.",
 		}, func() float64 { return float64(s.Bytes()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "sluice_memory_evictions_total",
@@ -335,7 +408,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		// load.
 		h, i := s.hash(ops[0].Key)
 		sh := &s.shards[i]
-		sh.prefetchSlot(h)
+		sh.prefetch(h, len(ops[0].Key), ops[0].Algorithm == store.FixedWindow)
 		if err := b.Check(out); err != nil {
 			return err
 		}
@@ -362,7 +435,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Result, error) {
 	h, i := s.hash(op.Key)
 	sh := &s.shards[i]
-	sh.prefetchSlot(h)
+	sh.prefetch(h, len(op.Key), op.Algorithm == store.FixedWindow)
 	if err := op.Validate(); err != nil {
 		return store.Result{}, err
 	}
@@ -380,6 +453,9 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	h, i := s.hash(key)
 	sh := &s.shards[i]
 	sh.prefetchSlot(h)
+	if len(key) > inlineKey {
+		sh.prefetchLine(h)
+	}
 	nowNs := clock.UnixNano(clk)
 	sh.mu.Lock()
 	slot, ok := sh.tab.find(h, key)
@@ -456,9 +532,9 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		h, shard := s.hash(ops[i].Key)
 		hashes = append(hashes, h)
 		idx = append(idx, shard)
-		// Ask for every bucket's slot before waiting on any: their loads
-		// from memory overlap.
-		s.shards[shard].prefetchSlot(h)
+		// Ask for every bucket's slot (and line) before waiting on any:
+		// their loads from memory overlap.
+		s.shards[shard].prefetch(h, len(ops[i].Key), ops[i].Algorithm == store.FixedWindow)
 	}
 	// Lock each distinct shard once, in ascending order.
 	var lockBuf [32]int
@@ -515,7 +591,9 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 		} else if sh.tab.slots[slot].isWindow() != window && !sh.tab.setKind(slot, window) {
 			// The bucket turns into the other kind, whose key no longer
 			// fits its slot, and table.long has no room for it: its state
-			// is not kept, as for a new bucket that finds no room.
+			// is not kept, as for a new bucket that finds no room. (A
+			// bucket's cost does not change with its kind: setKind moves
+			// no key into a line.)
 			sh.drop(slot)
 			sh.refused++
 			return
@@ -569,27 +647,26 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
 	}
-	c := cost(key)
+	c := cost(key, window)
 	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {
 		sh.refused++
 		return -1
 	}
 	i := sh.tab.insert(h, key, window)
-	if uint32(sh.tab.shift) != sh.slotsShift.Load() {
-		sh.publish() // the table grew, even if the key then found no room
-	}
+	sh.publishMoved() // the table grew, even if the key then found no room
 	if i < 0 {
 		sh.refused++
 		return -1
 	}
-	sh.bytes += c
+	sh.bytes += sh.tab.costAt(i)
 	return i
 }
 
 // drop deletes the bucket in slot. requires sh.mu held.
 func (sh *shard) drop(slot int) {
-	sh.bytes -= costOf(sh.tab.slots[slot].keyLen())
+	sh.bytes -= sh.tab.costAt(slot)
 	sh.tab.remove(slot)
+	sh.publishMoved() // its line's table may have shrunk
 }
 
 // fits reports whether a new bucket costing c bytes fits. requires sh.mu

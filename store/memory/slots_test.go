@@ -13,38 +13,63 @@ import (
 	"github.com/sluice-rl/sluice/store"
 )
 
-// TestPrefetchFindsTheHomeSlot checks that the address a decision
-// prefetches, from what the shard publishes, is its bucket's home slot,
-// as the table grows and after Close empties it: a stale one would only
-// cost speed, which no other test sees.
+// TestPrefetchFindsTheHomeSlot checks that the addresses a decision
+// prefetches, from what the shard publishes, are its bucket's home slot
+// and, for a key kept in a slot and a line, its home line, as the tables
+// grow, as buckets are removed (the lines shrinking) and after Close
+// empties them: a stale one would only cost speed, which no other test
+// sees.
 func TestPrefetchFindsTheHomeSlot(t *testing.T) {
 	s := New(Options{Shards: 1})
 	sh := &s.shards[0]
 	clk := clock.NewFake(time.Unix(1e9, 0))
-	check := func(when string, n int) {
+	key := func(i int) string {
+		if i%2 == 0 {
+			return fmt.Sprint("k", i)
+		}
+		return fmt.Sprintf("%060d", i)
+	}
+	check := func(when string, from, to int) {
 		t.Helper()
-		for i := range n {
-			h, _ := s.hash(fmt.Sprint("k", i))
+		for i := from; i < to; i++ {
+			h, _ := s.hash(key(i))
 			if got, want := prefetched(sh, h); got != want {
-				t.Fatalf("%s, key %d of %d: prefetched %#x, home slot at %#x", when, i, n, got, want)
+				t.Fatalf("%s, key %d: prefetched %#x, home slot at %#x", when, i, got, want)
+			}
+			if got, want := prefetchedLine(sh, h); got != want {
+				t.Fatalf("%s, key %d: prefetched line %#x, home line at %#x", when, i, got, want)
 			}
 		}
 	}
-	check("new", 10)
+	check("new", 0, 10)
 	op := store.Op{Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}, Cost: 1}
-	for i := range 1000 {
-		op.Key = fmt.Sprint("k", i)
+	do := func(kind store.Kind, i int) {
+		t.Helper()
+		op.Key, op.Kind = key(i), kind
 		if _, err := s.DoOne(context.Background(), clk, op); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for i := range 1000 {
+		do(store.Spend, i)
 		if i&(i+1) == 0 || i == 999 {
-			check(fmt.Sprintf("after %d buckets, %d slots", i+1, len(sh.tab.slots)), i+1)
+			check(fmt.Sprintf("after %d buckets, %d slots, %d lines", i+1, len(sh.tab.slots), len(sh.tab.lines.lines)), 0, i+1)
 		}
 	}
+	for i := range 990 {
+		do(store.Reset, i)
+		if i%100 == 99 {
+			check(fmt.Sprintf("after %d removed, %d slots, %d lines", i+1, len(sh.tab.slots), len(sh.tab.lines.lines)), i+1, 1000)
+		}
+	}
+	if size := len(sh.tab.lines.lines); size > 64 {
+		t.Fatalf("%d lines for %d buckets: want them shrunk", size, sh.tab.n)
+	}
+	checkLines(t, &sh.tab)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	check("after Close", 10)
+	check("after Close", 0, 10)
 }
 
 // prefetched returns the address prefetchSlot(h) asks for in sh, and that
@@ -52,6 +77,17 @@ func TestPrefetchFindsTheHomeSlot(t *testing.T) {
 func prefetched(sh *shard, h uint64) (got, want uintptr) {
 	got = sh.slotsAt.Load() + uintptr(h>>sh.slotsShift.Load())*unsafe.Sizeof(slot{})
 	return got, uintptr(unsafe.Pointer(&sh.tab.slots[sh.tab.home(h)]))
+}
+
+// prefetchedLine returns the address prefetchLine(h) asks for in sh, and
+// that of the bucket's home line, or of a line of noLines when the shard
+// has none.
+func prefetchedLine(sh *shard, h uint64) (got, want uintptr) {
+	got = sh.linesAt.Load() + uintptr(h>>sh.linesShift.Load())*unsafe.Sizeof(line{})
+	if l := &sh.tab.lines; len(l.lines) > 0 {
+		return got, uintptr(unsafe.Pointer(&l.lines[l.home(h)]))
+	}
+	return got, uintptr(unsafe.Pointer(&noLines[h>>63]))
 }
 
 // TestExpiredBucketsGiveTheirMemoryBack makes 5,000 buckets, lets them
@@ -134,13 +170,15 @@ func TestChurnSettlesTheTable(t *testing.T) {
 // windows, and back, twice each time: each change of kind starts the
 // bucket afresh (the other kind's state is no state of its own), the
 // second spend of each pair sees the first, and the shard ends holding
-// each key once, its long keys' records exactly those of its buckets.
-// The keys' lengths are kept in the slot by either kind (10), by a GCRA
-// bucket only (30, 40: the key moves to the shard's long keys when its
-// bucket first becomes a fixed window, and stays there), and by neither
-// (41, 60).
+// each key once, its lines and long keys' records exactly those of its
+// buckets, each bucket counting its line's bytes if it has one. The keys'
+// lengths are kept in the slot by either kind (10), by a GCRA bucket only
+// (30, 40: the key moves to the long keys when its bucket first becomes
+// a fixed window, and stays there), in a slot and a line, as a GCRA
+// bucket's first, then as either's (41, 60, 80), and in the long keys
+// (81, 100).
 func TestABucketChangesKind(t *testing.T) {
-	for _, n := range []int{10, 30, 40, 41, 60} {
+	for _, n := range []int{10, 30, 40, 41, 60, 80, 81, 100} {
 		s := New(Options{Shards: 1})
 		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 		ctx := context.Background()
@@ -169,9 +207,16 @@ func TestABucketChangesKind(t *testing.T) {
 			}
 		}
 		sh := &s.shards[0]
-		if sh.tab.n != len(keys) || sh.bytes != int64(len(keys))*costOf(n) {
-			t.Fatalf("%d-byte keys: %d buckets of %d bytes, want %d of %d", n, sh.tab.n, sh.bytes, len(keys), int64(len(keys))*costOf(n))
+		line := n > inlineKey && n <= maxLineKey
+		if want := int64(len(keys)) * costOf(n, line); sh.tab.n != len(keys) || sh.bytes != want {
+			t.Fatalf("%d-byte keys: %d buckets of %d bytes, want %d of %d", n, sh.tab.n, sh.bytes, len(keys), want)
+		}
+		for i := range sh.tab.slots {
+			if e := &sh.tab.slots[i]; e.hash != 0 && e.hasLine() != line {
+				t.Fatalf("%d-byte key %q: line %v, want %v", n, sh.tab.keyOf(e), e.hasLine(), line)
+			}
 		}
 		checkLong(t, &sh.tab)
+		checkLines(t, &sh.tab)
 	}
 }

@@ -10,9 +10,16 @@ import (
 
 // inlineKey is the longest key a GCRA bucket keeps in its slot, and
 // inlineWindowKey a FixedWindow bucket's, whose window takes the slot's
-// last 16 bytes; a longer key is kept in table.long and costs a second
-// memory access to compare (longkeys.go). They are what a 64-byte slot
-// has room for besides the hash, the expiry and the length.
+// last 16 bytes. They are what a 64-byte slot has room for besides the
+// hash, the expiry and the length. A GCRA bucket's longer key of up to
+// maxLineKey bytes keeps its first inlineWindowKey bytes in the slot and
+// the rest in a line found from its hash (lines.go); a longer one still,
+// one whose hash another's line has taken, and a FixedWindow bucket's, is
+// kept in table.long and costs a second memory access, after the slot's,
+// to compare (longkeys.go). (Lines cost memory, LineOverhead, for speed:
+// that of the library's GCRA decisions. A FixedWindow bucket, the Envoy
+// service's, is answered over the network, whose cost would hide the
+// gain.)
 const (
 	inlineKey       = 40
 	inlineWindowKey = 24
@@ -22,13 +29,15 @@ const (
 // kind.
 const _ = uint(inlineWindowKey - keybuf.Max)
 
-// windowBit marks, in slot.klen, a FixedWindow bucket, and longBit a key
-// kept in table.long. The key's length takes the bits below them.
+// windowBit marks, in slot.klen, a FixedWindow bucket, longBit a key
+// kept in table.long and lineBit one whose rest is kept in table.lines.
+// The key's length takes the bits below them.
 const (
 	windowBit = 1 << 31
 	longBit   = 1 << 30
+	lineBit   = 1 << 29
 	// maxKeyLen bounds a key's length: a longer one is refused.
-	maxKeyLen = longBit - 1
+	maxKeyLen = lineBit - 1
 )
 
 // slot is one bucket in a shard's table: the hash of its key, its state
@@ -41,18 +50,20 @@ const (
 // first Unix second and its count, takes the last 16 bytes of key (see
 // window), after its first inlineWindowKey. A key is kept where its
 // bucket's kind, when inserted, keeps it; a bucket made a FixedWindow one
-// moves a key too long for that kind to table.long, and one made a GCRA
-// bucket leaves its key where it is (setKind).
+// moves a key too long for that kind's slot to table.long, and one made a
+// GCRA bucket leaves its key where it is (setKind). A key with a line
+// keeps its first inlineWindowKey bytes in key, whatever its bucket's
+// kind, so that it stays where it is too.
 type slot struct {
 	hash uint64 // the key's hash with its low bit set; 0 marks an empty slot
 	exp  int64  // the Unix nanosecond at which the bucket is full again; GCRA: its TAT
-	klen uint32 // the key's length, with windowBit and longBit
+	klen uint32 // the key's length, with windowBit, longBit and lineBit
 	kref uint32 // for a key longer than the slot keeps: its record's offset in table.long, in words
 	key  [inlineKey]byte
 }
 
 // keyLen returns the length of the key held in s.
-func (s *slot) keyLen() int { return int(s.klen &^ (windowBit | longBit)) }
+func (s *slot) keyLen() int { return int(s.klen & maxKeyLen) }
 
 // isWindow reports whether s holds a FixedWindow bucket.
 func (s *slot) isWindow() bool { return s.klen&windowBit != 0 }
@@ -68,6 +79,9 @@ func inlineLen(window bool) int {
 
 // isLong reports whether s's key is kept in table.long.
 func (s *slot) isLong() bool { return s.klen&longBit != 0 }
+
+// hasLine reports whether the rest of s's key is kept in table.lines.
+func (s *slot) hasLine() bool { return s.klen&lineBit != 0 }
 
 // window returns a FixedWindow bucket's first Unix second and count.
 func (s *slot) window() (start, count int64) {
@@ -89,14 +103,16 @@ type table struct {
 	slots  []slot
 	shift  uint // 64 - log2(len(slots))
 	n      int  // buckets held
+	lines  lines
 	long   longKeys
-	cursor int // where the next sweep starts
+	cursor int  // where the next sweep starts
+	moved  bool // slots moved since the shard last published them
 }
 
 const minSlots = 8
 
 func newTable() table {
-	return table{slots: make([]slot, minSlots), shift: 64 - 3}
+	return table{slots: make([]slot, minSlots), shift: 64 - 3, moved: true}
 }
 
 func (t *table) mask() int { return len(t.slots) - 1 }
@@ -112,7 +128,16 @@ func (t *table) find(h uint64, key string) (int, bool) {
 		if s.hash == 0 {
 			return i, false
 		}
-		if s.hash == h && t.keyIs(s, key) {
+		if s.hash != h {
+			continue
+		}
+		// A key in its slot is compared here, where a call would cost
+		// more than the comparison.
+		if s.klen&(longBit|lineBit) == 0 {
+			if s.keyLen() == len(key) && string(s.key[:len(key)]) == key {
+				return i, true
+			}
+		} else if t.farKeyIs(s, key) {
 			return i, true
 		}
 	}
@@ -159,17 +184,16 @@ func (t *table) setTAT(slot int, tat int64) {
 // a GCRA one, and reports whether it could: false, the bucket left as it
 // was, when it is to be a FixedWindow bucket, its key is too long for
 // that kind's slot and was kept in it, and table.long has no room for
-// it. A GCRA bucket's key stays where it is (in table.long, a key that a
-// GCRA bucket's slot could keep costs a second memory access to find,
-// until the bucket is removed). A FixedWindow bucket's window is left for
-// the caller to set.
+// it. A GCRA bucket's key stays where it is (table.long keeps a key that
+// a GCRA bucket's slot could hold until the bucket is removed). A
+// FixedWindow bucket's window is left for the caller to set.
 func (t *table) setKind(slot int, window bool) bool {
 	s := &t.slots[slot]
 	if !window {
 		s.klen &^= windowBit
 		return true
 	}
-	if n := s.keyLen(); !s.isLong() && n > inlineWindowKey {
+	if n := s.keyLen(); s.klen&(longBit|lineBit) == 0 && n > inlineWindowKey {
 		if !t.addLong(s, s.hash, unsafe.String(&s.key[0], n)) {
 			return false
 		}
@@ -179,14 +203,33 @@ func (t *table) setKind(slot int, window bool) bool {
 	return true
 }
 
-// keyIs reports whether s holds key.
-func (t *table) keyIs(s *slot, key string) bool {
+// keepFar keeps key, with hash h, longer than s's slot keeps, outside
+// it, for s: when line, the key is at most maxLineKey bytes and no line
+// has h already, its first inlineWindowKey bytes in s.key and the rest in
+// a line, with lineBit set; else in table.long, with longBit set. It
+// reports whether it could: false when table.long has no room.
+func (t *table) keepFar(s *slot, h uint64, key string, line bool) bool {
+	if line && len(key) <= maxLineKey && t.lines.add(h, key[inlineWindowKey:]) {
+		copy(s.key[:inlineWindowKey], key)
+		s.klen |= lineBit
+		return true
+	}
+	if !t.addLong(s, h, key) {
+		return false
+	}
+	s.klen |= longBit
+	return true
+}
+
+// farKeyIs reports whether s, whose key is kept in part or whole outside
+// it, holds key.
+func (t *table) farKeyIs(s *slot, key string) bool {
 	n := s.keyLen()
 	if n != len(key) {
 		return false
 	}
-	if s.klen&longBit == 0 {
-		return string(s.key[:n]) == key
+	if s.hasLine() {
+		return string(s.key[:inlineWindowKey]) == key[:inlineWindowKey] && t.lines.is(s.hash, key[inlineWindowKey:])
 	}
 	return t.long.is(s.kref, n, key)
 }
@@ -195,8 +238,8 @@ func (t *table) keyIs(s *slot, key string) bool {
 // FixedWindow bucket when window, else a GCRA one, and returns its slot,
 // or -1 when a key longer than its slot keeps finds no room in table.long
 // (past 32 GiB of such keys), or is longer than maxKeyLen. It may grow
-// the table, moving every slot. The key is copied: the caller's may live
-// in memory it reuses.
+// the table or its lines, moving every slot or line. The key is copied:
+// the caller's may live in memory it reuses.
 func (t *table) insert(h uint64, key string, window bool) int {
 	if len(key) > maxKeyLen {
 		return -1
@@ -206,18 +249,17 @@ func (t *table) insert(h uint64, key string, window bool) int {
 	}
 	i, _ := t.find(h, key)
 	s := &t.slots[i]
-	klen := uint32(len(key))
-	if window {
-		klen |= windowBit
-	}
+	s.klen = uint32(len(key))
 	if len(key) <= inlineLen(window) {
 		copy(s.key[:], key)
-	} else if t.addLong(s, h, key) {
-		klen |= longBit
-	} else {
+	} else if !t.keepFar(s, h, key, !window) {
+		s.klen = 0
 		return -1
 	}
-	s.hash, s.klen = h, klen
+	if window {
+		s.klen |= windowBit
+	}
+	s.hash = h
 	t.n++
 	return i
 }
@@ -225,25 +267,13 @@ func (t *table) insert(h uint64, key string, window bool) int {
 // remove deletes the bucket in slot i. Buckets after it in its run may
 // move back, into i among others.
 func (t *table) remove(i int) {
-	if s := &t.slots[i]; s.isLong() {
+	switch s := &t.slots[i]; {
+	case s.hasLine():
+		t.lines.remove(s.hash)
+	case s.isLong():
 		t.removeLong(s)
 	}
-	m := t.mask()
-	for j := (i + 1) & m; t.slots[j].hash != 0; j = (j + 1) & m {
-		k := t.home(t.slots[j].hash)
-		// The bucket in j may fill the hole at i when its home is not
-		// cyclically within (i, j].
-		if i <= j {
-			if i < k && k <= j {
-				continue
-			}
-		} else if i < k || k <= j {
-			continue
-		}
-		t.slots[i] = t.slots[j]
-		i = j
-	}
-	t.slots[i] = slot{}
+	t.slots[closeHole(t.slots, i, t.shift)] = slot{}
 	t.n--
 }
 
@@ -281,18 +311,9 @@ func (t *table) resize(size int) {
 	old := t.slots
 	t.slots = make([]slot, size)
 	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
-	m := t.mask()
-	for k := range old {
-		if old[k].hash == 0 {
-			continue
-		}
-		i := t.home(old[k].hash)
-		for t.slots[i].hash != 0 {
-			i = (i + 1) & m
-		}
-		t.slots[i] = old[k]
-	}
+	rehash(t.slots, old, t.shift)
 	t.cursor = 0
+	t.moved = true
 }
 
 // clear empties the table.

@@ -11,25 +11,46 @@ import (
 
 // fnv is the FNV-1a hash of k with its low bit set, as the table wants;
 // when crowd is set, only its top three bits vary, over homes values, so
-// that runs of buckets are long and wrap around the table's end.
+// that runs of buckets are long and wrap around the table's end, and its
+// low four, so that some keys share their whole hash and others do not.
 func fnv(k string, crowd bool, homes uint64) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(k); i++ {
 		h = (h ^ uint64(k[i])) * 1099511628211
 	}
 	if crowd {
-		h = (h % homes) << 61
+		h = (h%homes)<<61 | h&0xf
 	}
 	return h | 1
+}
+
+// Where a bucket's key is kept.
+const (
+	inSlot = "slot"
+	inLine = "slot and line"
+	inLong = "long keys"
+)
+
+// placeOf returns where s's key is kept.
+func placeOf(s *slot) string {
+	switch {
+	case s.hasLine():
+		return inLine
+	case s.isLong():
+		return inLong
+	}
+	return inSlot
 }
 
 // FuzzTableAgreesWithAMap reads each input byte as an operation on one
 // of 64 keys — the top two bits: make the bucket a GCRA one, make it a
 // FixedWindow one (inserting it if missing), remove it (then shrink), or
-// look it up; a third of the keys are longer than any slot holds, a third
-// fit a GCRA bucket's slot but not a FixedWindow's — with hashes crowded
-// onto four home slots when the first byte is odd, and checks the table
-// against a map after each one and slot by slot at the end.
+// look it up; a quarter of the keys are longer than any slot holds, a
+// quarter fit a GCRA bucket's slot but not a FixedWindow's, and a quarter
+// are longer than a slot and a line hold — with hashes crowded onto four
+// home slots, and some shared, when the first byte is odd, and checks the
+// table against a map after each one, and slot by slot and line by line
+// at the end.
 func FuzzTableAgreesWithAMap(f *testing.F) {
 	f.Add([]byte{1, 0x01, 0x41, 0x81, 0x02, 0xc2, 0x42})
 	f.Add([]byte{0, 0x00, 0x01, 0x02, 0x03, 0x40, 0x41, 0x00})
@@ -44,17 +65,29 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 		type bucket struct {
 			v      int64
 			window bool
-			long   bool // its key kept in tab.long
+			place  string // where its key is kept
 		}
 		want := map[string]bucket{}
+		lined := map[uint64]bool{} // the hashes with a line
+		// far is where a key kept outside its slot goes: a GCRA bucket's
+		// to a line, unless it is too long or its hash has one.
+		far := func(k string, h uint64, window bool) string {
+			if !window && len(k) <= maxLineKey && !lined[h] {
+				lined[h] = true
+				return inLine
+			}
+			return inLong
+		}
 		for step, op := range ops[1:] {
 			n := int(op & 63)
 			k := strconv.Itoa(n)
-			switch n % 3 {
+			switch n % 4 {
 			case 0:
 				k += strings.Repeat("L", inlineKey)
 			case 1:
 				k += strings.Repeat("M", inlineWindowKey+1)
+			case 3:
+				k += strings.Repeat("X", maxLineKey)
 			}
 			h := hash(k)
 			i, ok := tab.find(h, k)
@@ -67,7 +100,15 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				// A new key goes where its kind keeps it; a key made a
 				// FixedWindow bucket's moves to tab.long if too long for
 				// its slot; one made a GCRA bucket's stays.
-				long := len(k) > inlineLen(window) || ok && (want[k].long || window && len(k) > inlineWindowKey)
+				place := inSlot
+				switch {
+				case ok && want[k].place != inSlot:
+					place = want[k].place
+				case !ok && len(k) > inlineLen(window):
+					place = far(k, h, window)
+				case ok && window && len(k) > inlineWindowKey:
+					place = inLong
+				}
 				if !ok {
 					i = tab.insert(h, k, window)
 				} else if !tab.setKind(i, window) {
@@ -77,16 +118,19 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				if window {
 					tab.slots[i].setWindow(int64(step)+1, int64(step)+2)
 				}
-				want[k] = bucket{int64(step), window, long}
+				want[k] = bucket{int64(step), window, place}
 			case 2:
 				if ok {
+					if want[k].place == inLine {
+						delete(lined, h)
+					}
 					tab.remove(i)
 					delete(want, k)
 					tab.shrink()
 				}
 			default:
 				if ok {
-					checkBucket(t, &tab, i, k, want[k].v, want[k].window, want[k].long)
+					checkBucket(t, &tab, i, k, want[k].v, want[k].window, want[k].place)
 				}
 			}
 			if tab.n != len(want) {
@@ -98,22 +142,23 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			if !ok {
 				t.Fatalf("at the end: %q not found, want it with %d", k, b.v)
 			}
-			checkBucket(t, &tab, i, k, b.v, b.window, b.long)
+			checkBucket(t, &tab, i, k, b.v, b.window, b.place)
 		}
 		checkLong(t, &tab)
+		checkLines(t, &tab)
 		if live := len(tab.long.buf) - tab.long.dead; len(tab.long.buf) > live+live/8+compactAt {
 			t.Errorf("crowd %v: %d bytes of buffer left for %d of records", crowd, len(tab.long.buf), live)
 		}
 	})
 }
 
-// checkBucket fails t unless slot i holds key k, in tab.long when long,
-// with v in exp and, for a FixedWindow bucket, v+1 and v+2 as its window.
-func checkBucket(t *testing.T, tab *table, i int, k string, v int64, window, long bool) {
+// checkBucket fails t unless slot i holds key k, kept in place, with v in
+// exp and, for a FixedWindow bucket, v+1 and v+2 as its window.
+func checkBucket(t *testing.T, tab *table, i int, k string, v int64, window bool, place string) {
 	t.Helper()
 	s := &tab.slots[i]
-	if s.exp != v || s.isWindow() != window || s.isLong() != long || tab.keyOf(s) != k {
-		t.Fatalf("slot %d holds %q = %d, window %v, long %v; want %q = %d, window %v, long %v", i, tab.keyOf(s), s.exp, s.isWindow(), s.isLong(), k, v, window, long)
+	if s.exp != v || s.isWindow() != window || placeOf(s) != place || tab.keyOf(s) != k {
+		t.Fatalf("slot %d holds %q = %d, window %v, in %s; want %q = %d, window %v, in %s", i, tab.keyOf(s), s.exp, s.isWindow(), placeOf(s), k, v, window, place)
 	}
 	if start, count := s.window(); window && (start != v+1 || count != v+2) {
 		t.Fatalf("slot %d, %q: window %d, %d, want %d, %d", i, k, start, count, v+1, v+2)
@@ -140,14 +185,51 @@ func checkLong(t *testing.T, tab *table) {
 	}
 }
 
+// checkLines fails t unless tab.lines holds exactly one line for each
+// slot that says it has one, under its hash, within the table's bounds:
+// no more than three quarters full, and no less than an eighth once
+// larger than minLines.
+func checkLines(t *testing.T, tab *table) {
+	t.Helper()
+	l := &tab.lines
+	n := 0
+	for i := range tab.slots {
+		if s := &tab.slots[i]; s.hash != 0 && s.hasLine() {
+			n++
+			if l.find(s.hash) < 0 {
+				t.Errorf("slot %d, hash %#x: no line", i, s.hash)
+			}
+		}
+	}
+	held := 0
+	for i := range l.lines {
+		if l.lines[i].hash != 0 {
+			held++
+		}
+	}
+	if held != n || l.n != n {
+		t.Errorf("lines: %d held, counted %d, want %d (the slots with one)", held, l.n, n)
+	}
+	if size := len(l.lines); size > 0 && (n*4 > size*3 || size > minLines && n*8 < size) {
+		t.Errorf("lines: %d in a table of %d", n, size)
+	}
+}
+
 // keyOf returns the key held in s (for the tests: the store needs only
 // its length).
 func (t *table) keyOf(s *slot) string {
 	n := s.keyLen()
-	if !s.isLong() {
-		return string(s.key[:n])
+	switch {
+	case s.hasLine():
+		i := t.lines.find(s.hash)
+		if i < 0 {
+			return string(s.key[:inlineWindowKey]) + "(no line)"
+		}
+		return string(s.key[:inlineWindowKey]) + string(t.lines.lines[i].key[:n-inlineWindowKey])
+	case s.isLong():
+		return string(t.long.key(s.kref, n))
 	}
-	return string(t.long.key(s.kref, n))
+	return string(s.key[:n])
 }
 
 // TestTableShrinks fills tables, removes most of their buckets, shrinks
