@@ -17,7 +17,8 @@
 // fresh keys, in another (see apart), and with longer keys (see long and
 // longer).
 // BenchmarkFloor is the least any of them must do.
-// TestMemoryPerBucket reports the heap each keeps per live bucket.
+// TestMemoryPerBucket reports the heap each keeps per live bucket, with
+// short keys and with 57-byte ones.
 package peers
 
 import (
@@ -307,28 +308,38 @@ func parallel(b *testing.B, p peer, v variant) {
 }
 
 // TestMemoryPerBucket reports the heap each limiter holds per live bucket
-// (keys excluded: they exist before and after), and checks that every
-// peer answers.
+// (keys excluded: they exist before and after, and a limiter that keeps
+// a copy counts it), with the keys of BenchmarkPeers and with its 57-byte
+// ones (longer), and checks that every peer answers.
 func TestMemoryPerBucket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a million buckets per peer")
 	}
-	for _, p := range peers {
-		heap := func() uint64 {
-			runtime.GC()
-			runtime.GC()
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			return m.HeapAlloc
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	for _, v := range []variant{variants[0], variants[len(variants)-1]} {
+		kind := ""
+		if v.suffix != "" {
+			kind = fmt.Sprintf(", %d-byte keys", len(v.made[0]))
 		}
-		before := heap()
-		take := p.new(t)
-		warm(t, take, keys, nil)
-		after := heap()
-		per := float64(int64(after)-int64(before)) / nKeys
-		t.Logf("%-34s %6.1f bytes per live bucket", p.name, per)
-		fmt.Printf("memory per live bucket: %s: %.1f B\n", p.name, per)
-		runtime.KeepAlive(take)
+		for _, p := range peers {
+			if v.notIDs && p.name == readmePath {
+				continue
+			}
+			before := heap()
+			take := p.new(t)
+			warm(t, take, v.made, nil)
+			after := heap()
+			per := float64(int64(after)-int64(before)) / nKeys
+			t.Logf("%-34s %6.1f bytes per live bucket%s", p.name, per, kind)
+			fmt.Printf("memory per live bucket%s: %s: %.1f B\n", kind, p.name, per)
+			runtime.KeepAlive(take)
+		}
 	}
 }
 
