@@ -126,8 +126,29 @@ type Store struct {
 	docs overrideDocs // runtime overrides, see overrides.go
 }
 
+// shard is one of a Store's independently locked tables, its fields
+// padded to a whole number of cache lines: a decision on a bucket in
+// cache reads and writes only the first line of its shard (the lock, the
+// published tables and the slots' place and shift), and neighbouring
+// shards' locks are never on one line.
 type shard struct {
-	mu sync.Mutex // protects the fields below but max and maxBytes
+	shardFields
+	_ [(64 - unsafe.Sizeof(shardFields{})%64) % 64]byte
+}
+
+type shardFields struct {
+	mu sync.Mutex // protects the fields below but max, maxBytes and the published ones
+	// slotsAt and slotsShift publish where tab's slots are and its shift,
+	// so that a decision can start loading its bucket's slot before it
+	// reads the clock and takes mu (see DoOne). Stored under mu when the
+	// slots move, loaded without it: a stale pair only makes a useless
+	// prefetch.
+	slotsAt atomic.Uintptr
+	// linesAt and linesShift are slotsAt and slotsShift for tab's lines,
+	// or for noLines while there are none.
+	linesAt    atomic.Uintptr
+	slotsShift atomic.Uint32
+	linesShift atomic.Uint32
 	// tab holds the buckets, each with its key and state in one slot: a
 	// decision reads and changes its bucket in one memory access.
 	tab      table
@@ -137,18 +158,6 @@ type shard struct {
 	refused  int64 // new buckets not kept for want of room, in total
 	max      int   // bound on len(buckets)
 	maxBytes int64 // bound on bytes
-	// slotsAt and slotsShift publish where tab's slots are and its shift,
-	// so that a decision can start loading its bucket's slot before it
-	// reads the clock and takes mu (see DoOne). Stored under mu when the
-	// slots move, loaded without it: a stale pair only makes a useless
-	// prefetch.
-	slotsAt    atomic.Uintptr
-	slotsShift atomic.Uint32
-	// linesAt and linesShift are slotsAt and slotsShift for tab's lines,
-	// or for noLines while there are none.
-	linesAt    atomic.Uintptr
-	linesShift atomic.Uint32
-	_          [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 // publish stores where tab's slots and lines are, for prefetchSlot and

@@ -220,3 +220,28 @@ func TestABucketChangesKind(t *testing.T) {
 		checkLines(t, &sh.tab)
 	}
 }
+
+// TestShardLayout checks what shard's layout promises: a whole number of
+// cache lines, and everything a decision on a bucket in cache reads of
+// its shard (the lock, the published tables, the slots' place and shift)
+// within its first line.
+func TestShardLayout(t *testing.T) {
+	var sh shard
+	if size := unsafe.Sizeof(sh); size%64 != 0 {
+		t.Errorf("a shard is %d bytes, not a whole number of 64-byte lines", size)
+	}
+	hot := map[string]uintptr{
+		"mu":         unsafe.Offsetof(sh.mu) + unsafe.Sizeof(sh.mu),
+		"slotsAt":    unsafe.Offsetof(sh.slotsAt) + unsafe.Sizeof(sh.slotsAt),
+		"linesAt":    unsafe.Offsetof(sh.linesAt) + unsafe.Sizeof(sh.linesAt),
+		"slotsShift": unsafe.Offsetof(sh.slotsShift) + unsafe.Sizeof(sh.slotsShift),
+		"linesShift": unsafe.Offsetof(sh.linesShift) + unsafe.Sizeof(sh.linesShift),
+		"tab.slots":  unsafe.Offsetof(sh.tab) + unsafe.Offsetof(sh.tab.slots) + unsafe.Sizeof(sh.tab.slots),
+		"tab.shift":  unsafe.Offsetof(sh.tab) + unsafe.Offsetof(sh.tab.shift) + unsafe.Sizeof(sh.tab.shift),
+	}
+	for name, end := range hot {
+		if end > 64 {
+			t.Errorf("shard.%s ends at byte %d, past the first line", name, end)
+		}
+	}
+}
