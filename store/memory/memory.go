@@ -130,13 +130,10 @@ type Store struct {
 // padded to a whole number of cache lines: a decision on a bucket in
 // cache reads and writes only the first line of its shard (the lock, the
 // published tables and the slots' place and shift), and neighbouring
-// shards' locks are never on one line.
+// shards' locks are never on one line (TestShardLayout checks both). The
+// padding is written out: a shard embedding its fields, padded by their
+// size, would make prefetchSlot too large to be inlined.
 type shard struct {
-	shardFields
-	_ [(64 - unsafe.Sizeof(shardFields{})%64) % 64]byte
-}
-
-type shardFields struct {
 	mu sync.Mutex // protects the fields below but max, maxBytes and the published ones
 	// slotsAt and slotsShift publish where tab's slots are and its shift,
 	// so that a decision can start loading its bucket's slot before it
@@ -158,6 +155,7 @@ type shardFields struct {
 	refused  int64 // new buckets not kept for want of room, in total
 	max      int   // bound on len(buckets)
 	maxBytes int64 // bound on bytes
+	_        [40]byte
 }
 
 // publish stores where tab's slots and lines are, for prefetchSlot and
@@ -199,14 +197,13 @@ func (sh *shard) prefetchLine(h uint64) {
 	prefetch(sh.linesAt.Load() + uintptr(h>>sh.linesShift.Load())*unsafe.Sizeof(line{}))
 }
 
-// prefetch starts loading what a decision on a bucket of the kind given,
-// whose key is n bytes long and hash h, will read: its home slot and, for
-// a GCRA bucket's key longer than the slot keeps, its home line.
-func (sh *shard) prefetch(h uint64, n int, window bool) {
-	sh.prefetchSlot(h)
-	if !window && n > inlineKey {
-		sh.prefetchLine(h)
-	}
+// hasLine reports whether op's bucket keeps part of its key in a line
+// (a GCRA bucket's key of more than inlineKey bytes): whether a decision
+// on it is to prefetch its home line as well as its home slot. (The two
+// prefetches and this test are written out where they are made: a
+// helper doing all three is too large to be inlined.)
+func hasLine(op *store.Op) bool {
+	return op.Algorithm != store.FixedWindow && len(op.Key) > inlineKey
 }
 
 // cost is the bytes a new bucket under key, of the kind given, counts
@@ -417,7 +414,10 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		// load.
 		h, i := s.hash(ops[0].Key)
 		sh := &s.shards[i]
-		sh.prefetch(h, len(ops[0].Key), ops[0].Algorithm == store.FixedWindow)
+		sh.prefetchSlot(h)
+		if hasLine(&ops[0]) {
+			sh.prefetchLine(h)
+		}
 		if err := b.Check(out); err != nil {
 			return err
 		}
@@ -444,7 +444,10 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Result, error) {
 	h, i := s.hash(op.Key)
 	sh := &s.shards[i]
-	sh.prefetch(h, len(op.Key), op.Algorithm == store.FixedWindow)
+	sh.prefetchSlot(h)
+	if hasLine(&op) {
+		sh.prefetchLine(h)
+	}
 	if err := op.Validate(); err != nil {
 		return store.Result{}, err
 	}
@@ -543,7 +546,10 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		idx = append(idx, shard)
 		// Ask for every bucket's slot (and line) before waiting on any:
 		// their loads from memory overlap.
-		s.shards[shard].prefetch(h, len(ops[i].Key), ops[i].Algorithm == store.FixedWindow)
+		s.shards[shard].prefetchSlot(h)
+		if hasLine(&ops[i]) {
+			s.shards[shard].prefetchLine(h)
+		}
 	}
 	// Lock each distinct shard once, in ascending order.
 	var lockBuf [32]int
