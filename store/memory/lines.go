@@ -10,8 +10,9 @@ const (
 	maxLineKey = inlineWindowKey + lineKey
 )
 
-// line holds the rest of the key of one bucket whose key is longer than
-// its slot keeps and at most maxLineKey bytes, under the bucket's hash, in
+// line holds the rest of the key of one bucket whose key was longer than
+// a GCRA bucket's slot keeps, when inserted as one, and at most
+// maxLineKey bytes (table.keepFar), under the bucket's hash, in
 // one 64-byte cache line. Its place follows from the hash alone, as the
 // slot's does, so that a decision can ask for both at once: a key kept in
 // table.long is found through its slot, one memory access after it.
@@ -24,7 +25,7 @@ type line struct {
 // table is: grown by doubling when three quarters full, halved on removal
 // while less than an eighth full, no tombstones. It holds at most one
 // line per hash: a second key of the same hash is kept in table.long
-// (table.insert), so a slot finds its line by its hash alone, and neither
+// (table.keepFar), so a slot finds its line by its hash alone, and neither
 // holds a reference to the other that a move would have to mend.
 type lines struct {
 	lines []line
