@@ -10,6 +10,16 @@ const (
 	maxLineKey = inlineWindowKey + lineKey
 )
 
+// lined reports whether a bucket of the kind given, inserted under a key
+// of n bytes, keeps the key's rest in a line (unless its hash has one
+// already): a GCRA bucket's key longer than its slot keeps and at most
+// maxLineKey bytes. It is the one rule for where lines are used: what a
+// new bucket counts (cost), which decisions prefetch a line, and where
+// insert keeps the key.
+func lined(n int, window bool) bool {
+	return !window && n > inlineKey && n <= maxLineKey
+}
+
 // line holds the rest of the key of one bucket whose key was longer than
 // a GCRA bucket's slot keeps, when inserted as one, and at most
 // maxLineKey bytes (table.keepFar), under the bucket's hash, in
@@ -83,10 +93,11 @@ func (l *lines) add(h uint64, rest string) bool {
 func (l *lines) remove(h uint64) {
 	l.lines[closeHole(l.lines, l.find(h), l.shift)] = line{}
 	l.n--
-	if size := len(l.lines); size > minLines && l.n*8 < size {
-		for size > minLines && l.n*8 < size {
-			size /= 2
-		}
+	size := len(l.lines)
+	for size > minLines && l.n*8 < size {
+		size /= 2
+	}
+	if size != len(l.lines) {
 		l.resize(size)
 	}
 }

@@ -16,8 +16,9 @@
 //
 // The store is bounded twice, per shard: in entries (Options.MaxEntries)
 // and in bytes (Options.MaxBytes, each bucket counted as the length of its
-// key plus EntryOverhead, and LineOverhead more with a line). A new bucket that does not fit makes room only
-// by removing buckets that hold no state worth keeping: expired ones,
+// key plus EntryOverhead, and LineOverhead more with a line). A new
+// bucket that does not fit makes room only by removing buckets that hold
+// no state worth keeping: expired ones,
 // which are also the full ones (nothing spent, the same as missing), found
 // in a scan of at most evictScan entries. A live bucket is never evicted:
 // forgetting one that is denying a caller would let that caller unblock
@@ -88,8 +89,8 @@ type Options struct {
 // (85 to 171 bytes a bucket, the key included up to 40 bytes for a GCRA
 // bucket, 24 for a fixed window); a longer key adds a line (see
 // LineOverhead) or its copy, rounded up to 8 bytes, and an 8-byte header
-// (longkeys.go). Measured on amd64 with
-// Go 1.26 at 96 to 125 bytes per bucket besides a 16-byte key
+// (longkeys.go). Measured on amd64 with Go 1.26 at 96 to 125 bytes per
+// bucket besides a 16-byte key
 // (TestHeapPerBucketIsWithinEntryOverhead); 160 keeps the heap within
 // MaxBytes but for the moment after a table doubles.
 const EntryOverhead = 160
@@ -197,22 +198,12 @@ func (sh *shard) prefetchLine(h uint64) {
 	prefetch(sh.linesAt.Load() + uintptr(h>>sh.linesShift.Load())*unsafe.Sizeof(line{}))
 }
 
-// hasLine reports whether op's bucket keeps part of its key in a line
-// (a GCRA bucket's key of more than inlineKey bytes): whether a decision
-// on it is to prefetch its home line as well as its home slot. (The two
-// prefetches and this test are written out where they are made: a
-// helper doing all three is too large to be inlined.)
-func hasLine(op *store.Op) bool {
-	return op.Algorithm != store.FixedWindow && len(op.Key) > inlineKey
-}
-
 // cost is the bytes a new bucket under key, of the kind given, counts
 // towards MaxBytes: as if a key of a length kept in a line were, though
 // one whose hash another key's line has taken is kept in table.long and
 // counts less (see costAt).
 func cost(key string, window bool) int64 {
-	n := len(key)
-	return costOf(n, !window && n > inlineKey && n <= maxLineKey)
+	return costOf(len(key), lined(len(key), window))
 }
 
 // costOf is the bytes a bucket under a key of n bytes counts, with a line
@@ -414,8 +405,11 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		// load.
 		h, i := s.hash(ops[0].Key)
 		sh := &s.shards[i]
+		// (Each decision's two prefetches and the test between them are
+		// written out where they are made: a helper doing all three is
+		// too large to be inlined.)
 		sh.prefetchSlot(h)
-		if hasLine(&ops[0]) {
+		if lined(len(ops[0].Key), ops[0].Algorithm == store.FixedWindow) {
 			sh.prefetchLine(h)
 		}
 		if err := b.Check(out); err != nil {
@@ -445,7 +439,7 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 	h, i := s.hash(op.Key)
 	sh := &s.shards[i]
 	sh.prefetchSlot(h)
-	if hasLine(&op) {
+	if lined(len(op.Key), op.Algorithm == store.FixedWindow) {
 		sh.prefetchLine(h)
 	}
 	if err := op.Validate(); err != nil {
@@ -465,7 +459,7 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	h, i := s.hash(key)
 	sh := &s.shards[i]
 	sh.prefetchSlot(h)
-	if len(key) > inlineKey {
+	if lined(len(key), false) {
 		sh.prefetchLine(h)
 	}
 	nowNs := clock.UnixNano(clk)
@@ -547,7 +541,7 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		// Ask for every bucket's slot (and line) before waiting on any:
 		// their loads from memory overlap.
 		s.shards[shard].prefetchSlot(h)
-		if hasLine(&ops[i]) {
+		if lined(len(ops[i].Key), ops[i].Algorithm == store.FixedWindow) {
 			s.shards[shard].prefetchLine(h)
 		}
 	}

@@ -204,12 +204,12 @@ func (t *table) setKind(slot int, window bool) bool {
 }
 
 // keepFar keeps key, with hash h, longer than s's slot keeps, outside
-// it, for s: when line, the key is at most maxLineKey bytes and no line
-// has h already, its first inlineWindowKey bytes in s.key and the rest in
-// a line, with lineBit set; else in table.long, with longBit set. It
-// reports whether it could: false when table.long has no room.
+// it, for s: when line (see lined) and no line has h already, its first
+// inlineWindowKey bytes in s.key and the rest in a line, with lineBit
+// set; else in table.long, with longBit set. It reports whether it
+// could: false when table.long has no room.
 func (t *table) keepFar(s *slot, h uint64, key string, line bool) bool {
-	if line && len(key) <= maxLineKey && t.lines.add(h, key[inlineWindowKey:]) {
+	if line && t.lines.add(h, key[inlineWindowKey:]) {
 		copy(s.key[:inlineWindowKey], key)
 		s.klen |= lineBit
 		return true
@@ -252,7 +252,7 @@ func (t *table) insert(h uint64, key string, window bool) int {
 	s.klen = uint32(len(key))
 	if len(key) <= inlineLen(window) {
 		copy(s.key[:], key)
-	} else if !t.keepFar(s, h, key, !window) {
+	} else if !t.keepFar(s, h, key, lined(len(key), window)) {
 		s.klen = 0
 		return -1
 	}
