@@ -36,6 +36,9 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	 if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@# and for a 32-bit platform (386, arm), where int is 32 bits and
+	@# int64 aligned to 4 bytes
+	GOARCH=386 $(GO) vet $(PKGS)
 	@# limiter.Spend and Check must stay inlinable: otherwise every caller
 	@# copies its Transaction in moves the store buffer cannot forward, and
 	@# a decision over many buckets waits for the one before it

@@ -87,11 +87,15 @@ type slot struct {
 	// A window's limit, length and count, or a GCRA limit's burst, count
 	// and period.
 	a, b, x int64
-	alg     uint8 // 0: empty; 'w' (fixed window) or 'g' (GCRA)
+	alg     uint8   // 0: empty; 'w' (fixed window) or 'g' (GCRA)
+	_       [7]byte // to 64 bytes where int64 is aligned to 4 bytes too (386, arm)
 }
 
 // slotSize is the bytes of a slot, the unit of the cache's size.
 const slotSize = int(unsafe.Sizeof(slot{}))
+
+// A slot is 64 bytes on every platform.
+const _, _ = uint(slotSize - 64), uint(64 - slotSize)
 
 func newOverLimitCache(bytes int) *overLimitCache {
 	n := max(bytes/slotSize, 1)

@@ -545,7 +545,7 @@ func (st *stream) encode(v any) ([]byte, error) {
 		data.CopyTo(out[5:])
 		data.Free()
 	}
-	if n := len(out) - 5; n > math.MaxUint32-5 {
+	if n := len(out) - 5; uint64(n) > math.MaxUint32-5 {
 		putBuffer(out)
 		return nil, fmt.Errorf("a message of %d bytes", n)
 	}

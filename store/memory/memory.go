@@ -156,8 +156,15 @@ type shard struct {
 	refused  int64 // new buckets not kept for want of room, in total
 	max      int   // bound on len(buckets)
 	maxBytes int64 // bound on bytes
-	_        [40]byte
+	_        [shardPad]byte
 }
+
+// shardPad fills a shard to 256 bytes with 64-bit pointers and to 192
+// with 32-bit ones (TestShardLayout), so that no two shards share a cache
+// line. It is written out, not computed from the fields' sizes: through an
+// embedded struct, shard's fields cost the inliner more, and prefetchSlot
+// was no longer inlined (68bad68).
+const shardPad = 40 + 20*(8-unsafe.Sizeof(uintptr(0)))/4
 
 // publish stores where tab's slots and lines are, for prefetchSlot and
 // prefetchLine. requires sh.mu held, or no other user yet.

@@ -227,8 +227,12 @@ func TestABucketChangesKind(t *testing.T) {
 // within its first line.
 func TestShardLayout(t *testing.T) {
 	var sh shard
-	if size := unsafe.Sizeof(sh); size%64 != 0 {
-		t.Errorf("a shard is %d bytes, not a whole number of 64-byte lines", size)
+	want := uintptr(256) // shardPad's sizes
+	if unsafe.Sizeof(uintptr(0)) == 4 {
+		want = 192
+	}
+	if size := unsafe.Sizeof(sh); size%64 != 0 || size != want {
+		t.Errorf("a shard is %d bytes, want %d, a whole number of 64-byte lines", size, want)
 	}
 	hot := map[string]uintptr{
 		"mu":         unsafe.Offsetof(sh.mu) + unsafe.Sizeof(sh.mu),
