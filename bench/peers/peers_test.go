@@ -118,7 +118,9 @@ var longFresh = copied(long)
 // longer are keys of 57 bytes, a tenant and a user's UUID
 // ("tenant-1a2b3c4d/user-" and a key of long), made and called as long
 // are: longer than any slot of Sluice's memory store keeps, so that each
-// decision also reads the key's copy in the shard's buffer of long keys.
+// decision also reads the key's rest in a second cache line (in a line
+// of the shard's since fdbd455, asked for with the slot; before, in the
+// shard's buffer of long keys, read after it).
 var longer = func() []string {
 	r := rand.New(rand.NewPCG(7, 8))
 	k := make([]string, nKeys)
