@@ -131,9 +131,8 @@ type Store struct {
 // padded to a whole number of cache lines: a decision on a bucket in
 // cache reads and writes only the first line of its shard (the lock, the
 // published tables and the slots' place and shift), and neighbouring
-// shards' locks are never on one line (TestShardLayout checks both). The
-// padding is written out: a shard embedding its fields, padded by their
-// size, would make prefetchSlot too large to be inlined.
+// shards' locks are never on one line (TestShardLayout checks both; see
+// shardPad).
 type shard struct {
 	mu sync.Mutex // protects the fields below but max, maxBytes and the published ones
 	// slotsAt and slotsShift publish where tab's slots are and its shift,
