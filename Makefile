@@ -51,6 +51,8 @@ vet:
 
 unit:
 	$(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
+	@# the tool that reads make bench-peers' rounds, in bench/peers' module
+	cd bench/peers && $(GO) vet ./ratios && $(GO) test -race $(TESTFLAGS) ./ratios
 
 # The allocation tests again without the race detector, whose sync.Pool
 # drops items on purpose (those that count on a pool skip under -race).
@@ -91,7 +93,9 @@ bench:
 # copies of buckets made in another order, and 36- and 57-byte keys; 1
 # and 2 cores, and the heap each keeps per live bucket.
 # BenchmarkSpendWithWork, a diagnostic, is left out (BENCHMARKS.md has its
-# command).
+# command). Each round's ratios to the best peer, as BENCHMARKS.md gives
+# them: save each round's output, then
+#   cd bench/peers && go run ./ratios /tmp/peers-r1.log /tmp/peers-r2.log ...
 bench-peers:
 	cd bench/peers && $(GO) test -run=TestMemoryPerBucket -bench='^Benchmark(Peers|CachedBuckets|Floor)$$' -benchmem -cpu 1,2 -v . | grep -E '^(Benchmark|memory per)'
 
