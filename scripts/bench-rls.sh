@@ -10,7 +10,8 @@
 # interleaved: each round measures every server on every load, one after
 # another, so that a drift in the machine's speed (shared VMs drift by 10%
 # and more over minutes) falls on all servers alike. ROUNDS rounds, then a
-# summary of the medians, and the ratios to envoyproxy/ratelimit.
+# summary of the medians, and the ratios to envoyproxy/ratelimit; last,
+# each round's own ratios, as ranges, and how many meet issue 16's targets.
 #
 # One line per run: calls/s; latency percentiles; the server's and Redis's
 # CPU time per call (user+system from /proc); and from INFO commandstats
@@ -281,5 +282,61 @@ awk '
         ratio = sprintf("  vs %s: %.2fx calls/s, p99 %.2f", against, median(cps[k]) / median(cps[e]), median(p99[k]) / median(p99[e]))
       printf "%-22s descriptors=%s concurrency=%-3s calls/s=%.0f p50=%.3fms p99=%.3fms server_cpu/call=%.1fus%s\n",
         p[1], p[2], p[3], median(cps[k]), median(p50[k]), median(p99[k]), median(scpu[k]), ratio
+    }
+  }' "$results"
+
+echo
+echo "# round by round: each Sluice server's ratios to envoyproxy/ratelimit (on the same Cluster for a Cluster) in the same round and load, min-max over the rounds for each load in turn, then over all; and how many of them meet issue 16's targets (Redis: calls/s >= 2x, p99 <= 0.5x, server CPU per call <= 0.35x; memory store: calls/s >= 4x, CPU <= 0.2x)"
+awk '
+  function ms(s) {
+    if (s ~ /ms$/) return substr(s, 1, length(s) - 2) + 0
+    if (s ~ /µs$/) return substr(s, 1, length(s) - 3) / 1000
+    if (s ~ /s$/) return substr(s, 1, length(s) - 1) * 1000
+    return s + 0
+  }
+  function widen(key, x) {
+    if (!(key in lo) || x < lo[key]) lo[key] = x
+    if (!(key in hi) || x > hi[key]) hi[key] = x
+  }
+  {
+    name = $0; sub(/ +descriptors=.*/, "", name)
+    for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
+    load = v["descriptors"] "/" v["concurrency"]
+    k = name SUBSEP load
+    r = ++count[k]
+    if (!(name in seenName)) { seenName[name] = 1; names[++nn] = name }
+    if (!(load in seenLoad)) { seenLoad[load] = 1; loads[++nl] = load }
+    cpu = v["server_cpu/call"]; sub(/us$/, "", cpu)
+    cps[k, r] = v["calls/s"]; p99[k, r] = ms(v["p99"]); scpu[k, r] = cpu
+  }
+  END {
+    split("calls/s p99 cpu", metric, " ")
+    for (i = 1; i <= nn; i++) {
+      name = names[i]
+      if (name ~ /^envoyproxy/) continue
+      against = name ~ / cluster$/ ? "envoyproxy/ratelimit cluster" : "envoyproxy/ratelimit"
+      # targets: none for a Cluster or a server that is neither store
+      tgt["calls/s"] = tgt["p99"] = tgt["cpu"] = ""
+      if (name !~ / cluster$/ && name ~ /redis/) { tgt["calls/s"] = 2; tgt["p99"] = 0.5; tgt["cpu"] = 0.35 }
+      if (name !~ / cluster$/ && name ~ /memory/) { tgt["calls/s"] = 4; tgt["cpu"] = 0.2 }
+      for (m = 1; m <= 3; m++) {
+        line = ""; all = name SUBSEP metric[m] SUBSEP "all"; met = 0; n = 0
+        for (j = 1; j <= nl; j++) {
+          k = name SUBSEP loads[j]; e = against SUBSEP loads[j]; key = name SUBSEP metric[m] SUBSEP loads[j]
+          for (r = 1; r <= count[k] && r <= count[e]; r++) {
+            if (metric[m] == "calls/s") x = cps[k, r] / cps[e, r]
+            else if (metric[m] == "p99") x = p99[k, r] / p99[e, r]
+            else x = scpu[k, r] / scpu[e, r]
+            widen(key, x); widen(all, x); n++
+            t = tgt[metric[m]]
+            if (t != "" && (metric[m] == "calls/s" ? x >= t : x <= t)) met++
+          }
+          line = line sprintf("%s %s %.2f-%.2f", (j > 1 ? " |" : ""), loads[j], lo[key], hi[key])
+        }
+        if (n == 0) continue
+        verdict = ""
+        if (tgt[metric[m]] != "") verdict = sprintf(", target %s%sx met in %d of %d", (metric[m] == "calls/s" ? ">= " : "<= "), tgt[metric[m]], met, n)
+        printf "%-22s %-7s %s; all %.2f-%.2f%s\n", (m == 1 ? name : ""), metric[m], line, lo[all], hi[all], verdict
+      }
     }
   }' "$results"
