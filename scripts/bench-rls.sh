@@ -286,7 +286,7 @@ awk '
   }' "$results"
 
 echo
-echo "# round by round: each Sluice server's ratios to envoyproxy/ratelimit (on the same Cluster for a Cluster) in the same round and load, min-max over the rounds for each load in turn, then over all; and how many of them meet issue 16's targets (Redis: calls/s >= 2x, p99 <= 0.5x, server CPU per call <= 0.35x; memory store: calls/s >= 4x, CPU <= 0.2x)"
+echo "# round by round: each Sluice server's ratios to envoyproxy/ratelimit (on the same Cluster for a Cluster) in the same round and load, min-max over the rounds for each load in turn, then over all; and how many of them meet issue 16's targets (Redis: calls/s >= 2x, p99 <= 0.5x, server CPU per call <= 0.35x; memory store: calls/s >= 4x, CPU <= 0.2x); for a Cluster, last, its calls/s over the same server's on the single Redis"
 awk '
   function ms(s) {
     if (s ~ /ms$/) return substr(s, 1, length(s) - 2) + 0
@@ -338,5 +338,18 @@ awk '
         if (tgt[metric[m]] != "") verdict = sprintf(", target %s%sx met in %d of %d", (metric[m] == "calls/s" ? ">= " : "<= "), tgt[metric[m]], met, n)
         printf "%-22s %-7s %s; all %.2f-%.2f%s\n", (m == 1 ? name : ""), metric[m], line, lo[all], hi[all], verdict
       }
+    }
+    # a Cluster against the same server on the single Redis: does it scale?
+    for (i = 1; i <= nn; i++) {
+      name = names[i]
+      if (name !~ / cluster$/) continue
+      single = name; sub(/ cluster$/, "", single)
+      line = ""; all = name SUBSEP "node" SUBSEP "all"; n = 0
+      for (j = 1; j <= nl; j++) {
+        k = name SUBSEP loads[j]; e = single SUBSEP loads[j]; key = name SUBSEP "node" SUBSEP loads[j]
+        for (r = 1; r <= count[k] && r <= count[e]; r++) { x = cps[k, r] / cps[e, r]; widen(key, x); widen(all, x); n++ }
+        if (key in lo) line = line sprintf("%s %s %.2f-%.2f", (j > 1 ? " |" : ""), loads[j], lo[key], hi[key])
+      }
+      if (n > 0) printf "%-22s calls/s on the Cluster over on one Redis:%s; all %.2f-%.2f\n", name, line, lo[all], hi[all]
     }
   }' "$results"
