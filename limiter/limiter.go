@@ -311,11 +311,13 @@ func (l *Limiter) Reset(ctx context.Context, txn Transaction) (Decision, error) 
 // buckets, each named once, in one store call. Costs are ignored. The
 // decision is allowed, with the least Remaining over the limited buckets
 // (Index names its transaction; -1, with Remaining math.MaxInt64, when none
-// is limited).
+// is limited). The caller's transactions are left as they are.
 func (l *Limiter) ResetAll(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
-	for i := range txns {
-		txns[i].Kind = ResetBucket
+	if err := ValidBatchSize(len(txns)); err != nil {
+		return Decision{}, nil, err
 	}
+	var buf [ownTxns]Transaction
+	txns = withKind(buf[:0], txns, ResetBucket)
 	if err := validate(txns, true); err != nil {
 		return Decision{}, nil, err
 	}
@@ -375,6 +377,27 @@ func ValidBatchSize(n int) error {
 		return &Error{Kind: Invalid, Field: "transactions", Msg: fmt.Sprintf("batch has %d transactions, at most %d allowed", n, MaxBatch), Err: ErrBatchTooLarge}
 	}
 	return nil
+}
+
+// ownTxns is how many transactions Batch, Refund and ResetAll copy on
+// their own stack; a larger batch's copy is allocated.
+const ownTxns = 8
+
+// withKind returns a copy of txns, appended to buf, each of kind k, or
+// when k is 0 of its own kind (CheckAndSpend for a zero one): a call
+// works on its own copy and never writes to its caller's transactions,
+// which the caller may use again, or share between goroutines.
+func withKind(buf, txns []Transaction, k Kind) []Transaction {
+	own := append(buf, txns...)
+	for i := range own {
+		switch {
+		case k != 0:
+			own[i].Kind = k
+		case own[i].Kind == 0:
+			own[i].Kind = CheckAndSpend
+		}
+	}
+	return own
 }
 
 // validate is Validate; batch says whether messages name the transaction
@@ -483,9 +506,15 @@ func describe(t *Transaction) string {
 // Batch applies txns all-or-nothing and returns the batch's decision and one
 // decision per transaction (a disabled transaction's is allowed with
 // math.MaxInt64 remaining). Refund and reset transactions may not be part
-// of a batch.
+// of a batch. A zero Kind is CheckAndSpend; the caller's transactions are
+// left as they are.
 func (l *Limiter) Batch(ctx context.Context, txns []Transaction) (Decision, []Decision, error) {
-	if err := Validate(txns); err != nil {
+	if err := ValidBatchSize(len(txns)); err != nil {
+		return Decision{}, nil, err
+	}
+	var buf [ownTxns]Transaction
+	txns = withKind(buf[:0], txns, 0)
+	if err := validate(txns, true); err != nil {
 		return Decision{}, nil, err
 	}
 	for i := range txns {
@@ -659,11 +688,14 @@ func Stricter(a, b Decision) Decision {
 // Refund gives the cost of each transaction back to its bucket, never past
 // full. Buckets that do not exist are left alone. The decision is allowed
 // when every existing bucket got something back; Remaining is the least
-// and RetryIn and ResetIn the longest over the buckets.
+// and RetryIn and ResetIn the longest over the buckets. The caller's
+// transactions are left as they are: the same ones can be spent again.
 func (l *Limiter) Refund(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
-	for i := range txns {
-		txns[i].Kind = RefundBucket
+	if err := ValidBatchSize(len(txns)); err != nil {
+		return Decision{}, nil, err
 	}
+	var buf [ownTxns]Transaction
+	txns = withKind(buf[:0], txns, RefundBucket)
 	if err := validate(txns, len(txns) > 1); err != nil {
 		return Decision{}, nil, err
 	}
