@@ -73,7 +73,10 @@ func forRule(r *descriptors.Rule, key string, cost int64) Transaction {
 //     for the usual request).
 //
 // Disabled transactions are allowed with no limit and never reach the
-// store. There is no bound on len(txns); front doors bound requests.
+// store. There is no bound on len(txns); front doors bound requests. A
+// zero Kind is CheckAndSpend, and Count writes it so into txns (unlike
+// Batch, which works on a copy: Count is the Envoy service's path, and
+// its callers build their transactions for the one call).
 func (l *Limiter) Count(ctx context.Context, txns []Transaction, out []Decision) error {
 	return l.CountAt(ctx, l.clock.Now(), txns, out)
 }
