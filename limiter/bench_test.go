@@ -89,3 +89,30 @@ func BenchmarkCount(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBatchAndRefund is the key-value calls that take several
+// transactions, over the memory store, on buckets in cache: Batch of 3,
+// then Refund of 1 and of 3, each on the caller's same transactions.
+func BenchmarkBatchAndRefund(b *testing.B) {
+	lim := gcra.Limit{Burst: 1_000_000, Count: 1_000, Period: time.Second}
+	txns := []limiter.Transaction{{Key: "a", Limit: lim, Cost: 1}, {Key: "b", Limit: lim, Cost: 1}, {Key: "c", Limit: lim, Cost: 1}}
+	l := limiter.New(memory.New(memory.Options{}), clock.New())
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		call func() error
+	}{
+		{"Batch of 3", func() error { _, _, err := l.Batch(ctx, txns); return err }},
+		{"Refund of 1", func() error { _, _, err := l.Refund(ctx, txns[0]); return err }},
+		{"Refund of 3", func() error { _, _, err := l.Refund(ctx, txns...); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
