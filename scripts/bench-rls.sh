@@ -251,7 +251,9 @@ done
 
 echo
 echo "# medians of $ROUNDS round(s): calls/s p50 p99 server_cpu/call; and for Sluice the ratios to envoyproxy/ratelimit, on the same Cluster for a Cluster (calls/s, p99)"
-awk '
+# Then, from the same lines, each round's own ratios (printed by END after
+# the medians).
+awk -v rounds_header="# round by round: each Sluice server's ratios to envoyproxy/ratelimit (on the same Cluster for a Cluster) in the same round and load, min-max over the rounds for each load in turn, then over all; and how many of them meet issue 16's targets (Redis: calls/s >= 2x, p99 <= 0.5x, server CPU per call <= 0.35x; memory store: calls/s >= 4x, CPU <= 0.2x); for a Cluster, last, its calls/s over the same server's on the single Redis" '
   function ms(s) { # a Go duration as printed by sluice bench, in ms
     if (s ~ /ms$/) return substr(s, 1, length(s) - 2) + 0
     if (s ~ /µs$/) return substr(s, 1, length(s) - 3) / 1000
@@ -263,53 +265,61 @@ awk '
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
   }
-  {
-    name = $0; sub(/ +descriptors=.*/, "", name)
-    for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
-    k = name SUBSEP v["descriptors"] SUBSEP v["concurrency"]
-    if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-    cps[k] = cps[k] " " v["calls/s"]; p50[k] = p50[k] " " ms(v["p50"]); p99[k] = p99[k] " " ms(v["p99"])
-    cpu = v["server_cpu/call"]; sub(/us$/, "", cpu); scpu[k] = scpu[k] " " cpu
-  }
-  END {
-    for (i = 1; i <= n; i++) {
-      k = order[i]; split(k, p, SUBSEP)
-      # a Cluster against envoyproxy/ratelimit on the same Cluster when it ran
-      against = p[1] ~ / cluster$/ ? "envoyproxy/ratelimit cluster" : "envoyproxy/ratelimit"
-      e = against SUBSEP p[2] SUBSEP p[3]
-      ratio = ""
-      if ((e in seen) && p[1] !~ /^envoyproxy/)
-        ratio = sprintf("  vs %s: %.2fx calls/s, p99 %.2f", against, median(cps[k]) / median(cps[e]), median(p99[k]) / median(p99[e]))
-      printf "%-22s descriptors=%s concurrency=%-3s calls/s=%.0f p50=%.3fms p99=%.3fms server_cpu/call=%.1fus%s\n",
-        p[1], p[2], p[3], median(cps[k]), median(p50[k]), median(p99[k]), median(scpu[k]), ratio
-    }
-  }' "$results"
-
-echo
-echo "# round by round: each Sluice server's ratios to envoyproxy/ratelimit (on the same Cluster for a Cluster) in the same round and load, min-max over the rounds for each load in turn, then over all; and how many of them meet issue 16's targets (Redis: calls/s >= 2x, p99 <= 0.5x, server CPU per call <= 0.35x; memory store: calls/s >= 4x, CPU <= 0.2x); for a Cluster, last, its calls/s over the same server's on the single Redis"
-awk '
-  function ms(s) {
-    if (s ~ /ms$/) return substr(s, 1, length(s) - 2) + 0
-    if (s ~ /µs$/) return substr(s, 1, length(s) - 3) / 1000
-    if (s ~ /s$/) return substr(s, 1, length(s) - 1) * 1000
-    return s + 0
-  }
   function widen(key, x) {
     if (!(key in lo) || x < lo[key]) lo[key] = x
     if (!(key in hi) || x > hi[key]) hi[key] = x
+  }
+  # metric m of server k over that of server e in round r; "" when e has
+  # none (a failed run), so that no division by zero ends the summary
+  function ratio(m, k, e, r,   d) {
+    d = m == "calls/s" ? rcps[e, r] : m == "p99" ? rp99[e, r] : rcpu[e, r]
+    if (d + 0 <= 0) return ""
+    return (m == "calls/s" ? rcps[k, r] : m == "p99" ? rp99[k, r] : rcpu[k, r]) / d
+  }
+  # the ranges of each load in turn, then over all, of name against
+  # against for metric m; met counts those meeting target t ("": none)
+  function ranges(name, against, m, t,   j, k, e, key, all, r, x, line) {
+    line = ""; all = name SUBSEP m SUBSEP against; met = 0; counted = 0
+    for (j = 1; j <= nl; j++) {
+      k = name SUBSEP loads[j]; e = against SUBSEP loads[j]; key = all SUBSEP loads[j]
+      for (r = 1; r <= count[k] && r <= count[e]; r++) {
+        if ((x = ratio(m, k, e, r)) == "") continue
+        widen(key, x); widen(all, x); counted++
+        if (t != "" && (m == "calls/s" ? x >= t : x <= t)) met++
+      }
+      if (key in lo) line = line sprintf("%s %s %.2f-%.2f", (line != "" ? " |" : ""), loads[j], lo[key], hi[key])
+    }
+    return counted ? sprintf("%s; all %.2f-%.2f", line, lo[all], hi[all]) : ""
   }
   {
     name = $0; sub(/ +descriptors=.*/, "", name)
     for (f = 1; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
     load = v["descriptors"] "/" v["concurrency"]
     k = name SUBSEP load
+    cpu = v["server_cpu/call"]; sub(/us$/, "", cpu)
+    if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+    cps[k] = cps[k] " " v["calls/s"]; p50[k] = p50[k] " " ms(v["p50"]); p99[k] = p99[k] " " ms(v["p99"]); scpu[k] = scpu[k] " " cpu
+    # each round on its own: the r-th line of a server and load is round r
     r = ++count[k]
+    rcps[k, r] = v["calls/s"]; rp99[k, r] = ms(v["p99"]); rcpu[k, r] = cpu
     if (!(name in seenName)) { seenName[name] = 1; names[++nn] = name }
     if (!(load in seenLoad)) { seenLoad[load] = 1; loads[++nl] = load }
-    cpu = v["server_cpu/call"]; sub(/us$/, "", cpu)
-    cps[k, r] = v["calls/s"]; p99[k, r] = ms(v["p99"]); scpu[k, r] = cpu
   }
   END {
+    for (i = 1; i <= n; i++) {
+      k = order[i]; split(k, p, SUBSEP); split(p[2], dc, "/")
+      # a Cluster against envoyproxy/ratelimit on the same Cluster when it ran
+      against = p[1] ~ / cluster$/ ? "envoyproxy/ratelimit cluster" : "envoyproxy/ratelimit"
+      e = against SUBSEP p[2]
+      out = ""
+      if ((e in seen) && p[1] !~ /^envoyproxy/ && median(cps[e]) > 0 && median(p99[e]) > 0)
+        out = sprintf("  vs %s: %.2fx calls/s, p99 %.2f", against, median(cps[k]) / median(cps[e]), median(p99[k]) / median(p99[e]))
+      printf "%-22s descriptors=%s concurrency=%-3s calls/s=%.0f p50=%.3fms p99=%.3fms server_cpu/call=%.1fus%s\n",
+        p[1], dc[1], dc[2], median(cps[k]), median(p50[k]), median(p99[k]), median(scpu[k]), out
+    }
+
+    print ""
+    print rounds_header
     split("calls/s p99 cpu", metric, " ")
     for (i = 1; i <= nn; i++) {
       name = names[i]
@@ -319,24 +329,13 @@ awk '
       tgt["calls/s"] = tgt["p99"] = tgt["cpu"] = ""
       if (name !~ / cluster$/ && name ~ /redis/) { tgt["calls/s"] = 2; tgt["p99"] = 0.5; tgt["cpu"] = 0.35 }
       if (name !~ / cluster$/ && name ~ /memory/) { tgt["calls/s"] = 4; tgt["cpu"] = 0.2 }
+      first = 1
       for (m = 1; m <= 3; m++) {
-        line = ""; all = name SUBSEP metric[m] SUBSEP "all"; met = 0; n = 0
-        for (j = 1; j <= nl; j++) {
-          k = name SUBSEP loads[j]; e = against SUBSEP loads[j]; key = name SUBSEP metric[m] SUBSEP loads[j]
-          for (r = 1; r <= count[k] && r <= count[e]; r++) {
-            if (metric[m] == "calls/s") x = cps[k, r] / cps[e, r]
-            else if (metric[m] == "p99") x = p99[k, r] / p99[e, r]
-            else x = scpu[k, r] / scpu[e, r]
-            widen(key, x); widen(all, x); n++
-            t = tgt[metric[m]]
-            if (t != "" && (metric[m] == "calls/s" ? x >= t : x <= t)) met++
-          }
-          line = line sprintf("%s %s %.2f-%.2f", (j > 1 ? " |" : ""), loads[j], lo[key], hi[key])
-        }
-        if (n == 0) continue
+        if ((line = ranges(name, against, metric[m], tgt[metric[m]])) == "") continue
         verdict = ""
-        if (tgt[metric[m]] != "") verdict = sprintf(", target %s%sx met in %d of %d", (metric[m] == "calls/s" ? ">= " : "<= "), tgt[metric[m]], met, n)
-        printf "%-22s %-7s %s; all %.2f-%.2f%s\n", (m == 1 ? name : ""), metric[m], line, lo[all], hi[all], verdict
+        if (tgt[metric[m]] != "") verdict = sprintf(", target %s%sx met in %d of %d", (metric[m] == "calls/s" ? ">= " : "<= "), tgt[metric[m]], met, counted)
+        printf "%-22s %-7s %s%s\n", (first ? name : ""), metric[m], line, verdict
+        first = 0
       }
     }
     # a Cluster against the same server on the single Redis: does it scale?
@@ -344,12 +343,7 @@ awk '
       name = names[i]
       if (name !~ / cluster$/) continue
       single = name; sub(/ cluster$/, "", single)
-      line = ""; all = name SUBSEP "node" SUBSEP "all"; n = 0
-      for (j = 1; j <= nl; j++) {
-        k = name SUBSEP loads[j]; e = single SUBSEP loads[j]; key = name SUBSEP "node" SUBSEP loads[j]
-        for (r = 1; r <= count[k] && r <= count[e]; r++) { x = cps[k, r] / cps[e, r]; widen(key, x); widen(all, x); n++ }
-        if (key in lo) line = line sprintf("%s %s %.2f-%.2f", (j > 1 ? " |" : ""), loads[j], lo[key], hi[key])
-      }
-      if (n > 0) printf "%-22s calls/s on the Cluster over on one Redis:%s; all %.2f-%.2f\n", name, line, lo[all], hi[all]
+      if ((line = ranges(name, single, "calls/s", "")) != "")
+        printf "%-22s calls/s on the Cluster over on one Redis:%s\n", name, line
     }
   }' "$results"

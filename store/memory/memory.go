@@ -203,7 +203,8 @@ func (sh *shard) prefetchSlot(h uint64) {
 // from 68bad68 to 1f05d4e) a decision on a million buckets with the
 // caller's own key strings took 60 to 110 ns more, by the medians of
 // alternated runs, and the other rows did not move; the cause is not
-// known (BENCHMARKS.md, "At 020139d"). Do, DoOne and doMany inline it.
+// known (BENCHMARKS.md, "At 020139d"; checked again in "At 53ad096 and
+// 286057f": 259 against 351 ns). Do, DoOne and doMany inline it.
 //
 //go:noinline
 func (sh *shard) prefetchSlotCalled(h uint64) { sh.prefetchSlot(h) }

@@ -60,6 +60,10 @@ const (
 
 var columnNames = [columns]string{"serial", "serial at -cpu 2", "parallel, 1 core", "parallel, 2 cores"}
 
+// nsColumn is the column of the ns table each column's figures go to:
+// serial covers -cpu 1 and 2 alike (one goroutine either way).
+var nsColumn = [columns]int{serial1: 0, serial2: 0, parallel1: 1, parallel2: 2}
+
 // figure names one measurement of a round: a limiter's row and column.
 type figure struct {
 	limiter, kind string
@@ -215,7 +219,7 @@ func report(w io.Writer, rounds []round) {
 			for _, rd := range rounds {
 				for col := range columns {
 					if v, ok := rd.ns[figure{l, kind, col}]; ok {
-						cells[max(0, int(col)-1)].add(v)
+						cells[nsColumn[col]].add(v)
 					}
 				}
 			}
