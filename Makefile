@@ -51,6 +51,9 @@ vet:
 
 unit:
 	$(GO) test -race -timeout 20m $(TESTFLAGS) $(PKGS)
+	@# the memory store again without the race detector: only then are its
+	@# larger tables mapped with huge pages (arena_linux.go), as in a release
+	$(GO) test -timeout 10m $(TESTFLAGS) ./store/memory
 	@# the tool that reads make bench-peers' rounds, in bench/peers' module
 	cd bench/peers && $(GO) vet ./ratios && $(GO) test -race $(TESTFLAGS) ./ratios
 

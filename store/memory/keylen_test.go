@@ -29,7 +29,7 @@ func TestTableRefusesAKeyPastMaxKeyLen(t *testing.T) {
 		t.Skip("allocates 512 MiB")
 	}
 	over := pastMaxKeyLen()
-	tab := newTable()
+	tab := newTable(nil)
 	held := []string{"a", strings.Repeat("b", inlineKey+1), strings.Repeat("c", 300)}
 	for i, k := range held {
 		tab.slots[tab.insert(fnv(k, false, 0), k, false)].exp = int64(i + 1)

@@ -42,6 +42,7 @@ type lines struct {
 	shift uint // 64 - log2(len(lines))
 	n     int  // lines held
 	moved bool // lines moved since the shard last published them
+	mem   *arena
 }
 
 const minLines = 8
@@ -105,10 +106,11 @@ func (l *lines) remove(h uint64) {
 // resize moves every line into a new table of size lines, a power of two.
 func (l *lines) resize(size int) {
 	old := l.lines
-	l.lines = make([]line, size)
+	l.lines = makeEntries[line](l.mem, size)
 	l.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	l.moved = true
 	rehash(l.lines, old, l.shift)
+	freeEntries(l.mem, old)
 }
 
 // hashed is a slot or a line: an entry of a table with linear probing,

@@ -36,6 +36,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -123,6 +124,7 @@ type Store struct {
 	mask   uint64
 	seed   maphash.Seed
 	secret [4]uint64 // hashShort's
+	mem    *arena    // the shards' larger tables, or nil
 
 	docs overrideDocs // runtime overrides, see overrides.go
 }
@@ -163,7 +165,7 @@ type shard struct {
 // line. It is written out, not computed from the fields' sizes: through an
 // embedded struct, shard's fields cost the inliner more, and prefetchSlot
 // was no longer inlined (68bad68).
-const shardPad = 40 + 20*(8-unsafe.Sizeof(uintptr(0)))/4
+const shardPad = 24 + 28*(8-unsafe.Sizeof(uintptr(0)))/4
 
 // publish stores where tab's slots and lines are, for prefetchSlot and
 // prefetchLine. requires sh.mu held, or no other user yet.
@@ -271,8 +273,14 @@ func New(o Options) *Store {
 	for i := range s.secret {
 		s.secret[i] = rand.Uint64()
 	}
+	s.mem = newArena()
+	if s.mem != nil {
+		// Every use of a table goes through its shard, in the array
+		// s.shards: once that is unreachable, no table is used again.
+		runtime.AddCleanup(&s.shards[0], (*arena).release, s.mem)
+	}
 	for i := range s.shards {
-		s.shards[i].tab = newTable()
+		s.shards[i].tab = newTable(s.mem)
 		s.shards[i].publish()
 		s.shards[i].max = per
 		s.shards[i].maxBytes = perBytes
@@ -295,6 +303,10 @@ func (s *Store) register(reg prometheus.Registerer) {
 			Name: "sluice_memory_bytes",
 			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead, and a second for a key kept in part in a line.",
 		}, func() float64 { return float64(s.Bytes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_memory_mapped_bytes",
+			Help: "Bytes the memory store's larger tables hold mapped outside Go's heap, with transparent huge pages asked for (Linux): memory that go_memstats_* leave out and process_resident_memory_bytes counts.",
+		}, func() float64 { return float64(s.Mapped()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "sluice_memory_evictions_total",
 			Help:        "Buckets the memory store removed without being asked, by reason: expired (full again, so holding nothing worth keeping). Live buckets are never evicted.",
@@ -321,6 +333,14 @@ func (s *Store) sum(f func(*shard) int64) int64 {
 
 // Bytes returns the bytes the buckets held count towards MaxBytes.
 func (s *Store) Bytes() int64 { return s.sum(func(sh *shard) int64 { return sh.bytes }) }
+
+// Mapped returns the bytes of the store's tables held outside Go's heap:
+// on Linux, its tables of 64 KiB or more, in memory mapped with
+// transparent huge pages asked for (see arena); elsewhere, and in builds
+// with the race detector, none. Go's memory statistics leave these bytes
+// out. The process may hold up to 10 MiB more for them: 2 MiB for each of
+// the five sizes of tables below 2 MiB.
+func (s *Store) Mapped() int64 { return int64(s.mem.used()) }
 
 // Refused returns how many new buckets were answered but not kept because
 // their shard was full of live buckets.

@@ -107,12 +107,15 @@ type table struct {
 	long   longKeys
 	cursor int  // where the next sweep starts
 	moved  bool // slots moved since the shard last published them
+	mem    *arena
 }
 
 const minSlots = 8
 
-func newTable() table {
-	return table{slots: make([]slot, minSlots), shift: 64 - 3, moved: true}
+// newTable returns an empty table whose slots and lines mem holds when
+// they are large enough (see arena); nil keeps them all in Go's heap.
+func newTable(mem *arena) table {
+	return table{slots: make([]slot, minSlots), shift: 64 - 3, moved: true, lines: lines{mem: mem}, mem: mem}
 }
 
 func (t *table) mask() int { return len(t.slots) - 1 }
@@ -309,12 +312,17 @@ func (t *table) shrink() bool {
 // two.
 func (t *table) resize(size int) {
 	old := t.slots
-	t.slots = make([]slot, size)
+	t.slots = makeEntries[slot](t.mem, size)
 	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	rehash(t.slots, old, t.shift)
+	freeEntries(t.mem, old)
 	t.cursor = 0
 	t.moved = true
 }
 
-// clear empties the table.
-func (t *table) clear() { *t = newTable() }
+// clear empties the table, giving its memory back.
+func (t *table) clear() {
+	freeEntries(t.mem, t.slots)
+	freeEntries(t.mem, t.lines.lines)
+	*t = newTable(t.mem)
+}

@@ -61,7 +61,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 		}
 		crowd := ops[0]&1 == 1
 		hash := func(k string) uint64 { return fnv(k, crowd, 4) }
-		tab := newTable()
+		tab := newTable(nil)
 		type bucket struct {
 			v      int64
 			window bool
@@ -241,7 +241,7 @@ func TestTableShrinks(t *testing.T) {
 	for _, crowd := range []bool{false, true} {
 		for _, keep := range []int{0, 1, 7, 100, 600} {
 			hash := func(k string) uint64 { return fnv(k, crowd, 7) }
-			tab := newTable()
+			tab := newTable(nil)
 			want := map[string]int64{}
 			for i := range 5000 {
 				k := strconv.Itoa(i)
@@ -312,7 +312,7 @@ func TestFindShortAsFind(t *testing.T) {
 		}
 		return string(b)
 	}
-	tab := newTable()
+	tab := newTable(nil)
 	held := map[string]bool{}
 	hits := 0
 	for step := range 20_000 {
