@@ -6,7 +6,9 @@ import "unsafe"
 // 1,024 slots or lines. A smaller one comes from Go's heap.
 const minBlock = 64 << 10
 
-// entry is what a table holds: slots, or lines.
+// entry is what a table holds: slots, or lines. Neither may hold a
+// pointer: an arena's memory is outside Go's heap, where the collector
+// does not look.
 type entry interface{ slot | line }
 
 // makeEntries returns n zeroed entries from a's memory, or from Go's heap
