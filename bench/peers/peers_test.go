@@ -220,18 +220,23 @@ var peers = []peer{
 // time that, not decisions on live buckets.)
 func sluiceStore(tb testing.TB) *memory.Store {
 	s := memory.New(memory.Options{MaxBytes: 1 << 30})
-	sluiceStores = append(sluiceStores, s)
+	if sluiceStores != nil {
+		*sluiceStores = append(*sluiceStores, s)
+	}
 	tb.Cleanup(func() {
 		if n := s.Refused(); n > 0 {
 			tb.Errorf("the memory store refused %d buckets: what was timed was not decisions on live buckets", n)
 		}
+		s.Close()
 	})
 	return s
 }
 
-// sluiceStores are the stores sluiceStore made, whose tables held outside
-// Go's heap (memory.Store.Mapped) TestMemoryPerBucket counts.
-var sluiceStores []*memory.Store
+// sluiceStores, while TestMemoryPerBucket runs, gathers the stores
+// sluiceStore makes, whose tables held outside Go's heap
+// (memory.Store.Mapped) it counts. (Nil otherwise: kept, the benchmarks'
+// stores would never be collected.)
+var sluiceStores *[]*memory.Store
 
 // warm makes the bucket of every key live before timing, as in a busy
 // service: in calling order, or in the order given.
@@ -323,13 +328,16 @@ func TestMemoryPerBucket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a million buckets per peer")
 	}
+	var stores []*memory.Store
+	sluiceStores = &stores
+	defer func() { sluiceStores = nil }()
 	heap := func() uint64 {
 		runtime.GC()
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		n := m.HeapAlloc
-		for _, s := range sluiceStores {
+		for _, s := range stores {
 			n += uint64(s.Mapped())
 		}
 		return n

@@ -4,8 +4,10 @@ package memory
 
 import (
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +53,12 @@ const _ = uint(hugePage - minBlock<<blockClasses) // hugePage is minBlock<<block
 // with every table of a store no longer reachable (release, through the
 // cleanup New registers). No decision reads a table without its shard's
 // lock, so none reads a freed one; prefetchSlot's loads without it are
-// prefetches, which never fault.
+// prefetches, which never fault. The collector, which finds the stores no
+// longer reachable, runs as Go's heap grows, and these mappings are not
+// in it: a program that makes and drops large stores without closing
+// them, allocating little else, would pile up their tables until the
+// runtime's collection every two minutes. So every gcEvery bytes newly
+// mapped, over all arenas, start a collection (see grown).
 type arena struct {
 	mu     sync.Mutex
 	chunks [blockClasses][]*chunk // by class, log2(size/minBlock)
@@ -81,7 +88,7 @@ func (a *arena) alloc(size int) unsafe.Pointer {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if size >= hugePage {
-		p := mapAligned(size)
+		p := mapTable(size)
 		if p != nil {
 			a.own[p] = size
 			a.inUse += size
@@ -98,7 +105,7 @@ func (a *arena) alloc(size int) unsafe.Pointer {
 		}
 	}
 	if c == nil {
-		p := mapAligned(hugePage)
+		p := mapTable(hugePage)
 		if p == nil {
 			return nil
 		}
@@ -122,7 +129,7 @@ func (a *arena) free(p unsafe.Pointer, size int) {
 	defer a.mu.Unlock()
 	if n, ok := a.own[p]; ok {
 		delete(a.own, p)
-		unmap(p, n)
+		unmapTable(p, n)
 		a.inUse -= n
 		return
 	}
@@ -138,7 +145,7 @@ func (a *arena) free(p unsafe.Pointer, size int) {
 	}
 	delete(a.held, uintptr(c.base))
 	a.chunks[c.class] = slices.DeleteFunc(a.chunks[c.class], func(k *chunk) bool { return k == c })
-	unmap(c.base, hugePage)
+	unmapTable(c.base, hugePage)
 }
 
 // release unmaps every table the arena holds. requires no table of them
@@ -150,10 +157,10 @@ func (a *arena) release() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for p, n := range a.own {
-		unmap(p, n)
+		unmapTable(p, n)
 	}
 	for _, c := range a.held {
-		unmap(c.base, hugePage)
+		unmapTable(c.base, hugePage)
 	}
 	a.chunks = [blockClasses][]*chunk{}
 	clear(a.held)
@@ -189,6 +196,42 @@ func (a *arena) used() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.inUse
+}
+
+// gcEvery is how many bytes newly mapped by the arenas start a garbage
+// collection (see arena). A store that grows to gigabytes starts one per
+// 256 MiB, while it grows: little beside the work of moving as many
+// bytes of buckets.
+var gcEvery int64 = 256 << 20
+
+var (
+	// arenasMapped counts the bytes the arenas hold mapped, all of them.
+	arenasMapped atomic.Int64
+	// sinceGC counts the bytes newly mapped since the last collection
+	// grown started.
+	sinceGC atomic.Int64
+)
+
+// mapTable maps size bytes for a table or a chunk (mapAligned), counts
+// them, and starts a collection, without waiting for it, once gcEvery
+// bytes have been mapped since the last one started here.
+func mapTable(size int) unsafe.Pointer {
+	p := mapAligned(size)
+	if p == nil {
+		return nil
+	}
+	arenasMapped.Add(int64(size))
+	if sinceGC.Add(int64(size)) >= gcEvery {
+		sinceGC.Store(0)
+		go runtime.GC()
+	}
+	return p
+}
+
+// unmapTable unmaps what mapTable mapped.
+func unmapTable(p unsafe.Pointer, n int) {
+	unmap(p, n)
+	arenasMapped.Add(-int64(n))
 }
 
 // mapAligned maps size bytes, a multiple of hugePage, aligned to

@@ -235,3 +235,44 @@ func TestStoreTablesInArena(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDroppedStoresAreCollected makes stores with a table of their own,
+// 4 MiB of slots, and drops them without Close, allocating next to
+// nothing on Go's heap: the collection mapTable starts every gcEvery
+// bytes mapped finds them, and their tables are unmapped, where Go's
+// heap alone would start no collection for minutes.
+func TestDroppedStoresAreCollected(t *testing.T) {
+	defer func(n int64) { gcEvery = n }(gcEvery)
+	gcEvery = 16 << 20
+	runtime.GC()
+	lim := gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}.Params()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	key := []byte("key-00000000")
+	const stores, n = 40, 30_000 // 32,768 slots at 3/4 full: 65,536, 4 MiB
+	fill := func() {
+		s := New(Options{Shards: 1, MaxEntries: n})
+		for i := range n {
+			for j, k := len(key)-1, i; j >= 4; j, k = j-1, k/10 {
+				key[j] = byte('0' + k%10)
+			}
+			s.SpendGCRA(clk, unsafe.String(&key[0], len(key)), lim, 1, false)
+		}
+		if got := s.Mapped(); got != 4<<20 {
+			t.Fatalf("store's tables: %d bytes mapped, want 4 MiB", got)
+		}
+	}
+	for range stores {
+		fill()
+	}
+	// The last collection started may still be running, and the
+	// cleanups it queued not yet run: wait for them, without starting
+	// one here.
+	bound := gcEvery + 2*(4<<20)
+	deadline := time.Now().Add(5 * time.Second)
+	for arenasMapped.Load() > bound {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stores of 4 MiB dropped: %d bytes still mapped after 5 s, want at most %d", stores, arenasMapped.Load(), bound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

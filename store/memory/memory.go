@@ -362,7 +362,10 @@ func (s *Store) Len() int {
 // Ping always succeeds: the store is in the process.
 func (s *Store) Ping(context.Context) error { return nil }
 
-// Close drops every bucket. The store must not be used afterwards.
+// Close drops every bucket and gives the store's tables back at once
+// (those outside Go's heap included, see Mapped). The store must not be
+// used afterwards. A store dropped without Close gives them back once the
+// collector finds it unreachable.
 func (s *Store) Close() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
