@@ -208,6 +208,28 @@ func TestStoreTablesInArena(t *testing.T) {
 	if got, want := s.Mapped(), int64(slots+lines); got != want {
 		t.Fatalf("Mapped %d, want the tables' %d bytes", got, want)
 	}
+	// Once every bucket is full again, sweeps remove them and shrink the
+	// tables, back to Go's heap, a block of the arena at each halving.
+	clk.Advance(2 * time.Hour)
+	now := clock.UnixNano(clk)
+	for sweeps := 0; s.Mapped() > 0; sweeps++ {
+		if sweeps > 2*n {
+			t.Fatalf("%d sweeps, still %d buckets, %d bytes mapped", sweeps, s.Len(), s.Mapped())
+		}
+		sh.mu.Lock()
+		sh.sweep(now, sweepBudget)
+		sh.publishMoved()
+		sh.mu.Unlock()
+	}
+	// And grow again through the arena, every bucket fresh.
+	for i := range n {
+		if ok, left, _, _ := s.SpendGCRA(clk, key(i), lim.Params(), 1, false); !ok || left != lim.Burst-1 {
+			t.Fatalf("after the sweeps, key %d: allowed %v with %d remaining, want allowed with %d", i, ok, left, lim.Burst-1)
+		}
+	}
+	if s.Mapped() == 0 {
+		t.Fatal("grown again, no table in the arena")
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
