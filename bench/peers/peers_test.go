@@ -395,7 +395,11 @@ func BenchmarkCachedBuckets(b *testing.B) {
 // peers' are measured against: with a million buckets each decision is
 // two memory accesses, the second needing the first (with fresh keys,
 // laid out in calling order, the first is nearly free), and the clock
-// read (an ordered TSC read) waits for the loads before it.
+// read (an ordered TSC read) waits for the loads before it. The table is
+// in Go's heap, in 4 KiB pages, as the peers' buckets are; the rows
+// ending in -huge-pages take it in 2 MiB pages, as Sluice's memory store
+// keeps its larger tables on Linux (store/memory/arena_linux.go), which
+// spares each access its TLB miss.
 func BenchmarkFloor(b *testing.B) {
 	seed := maphash.MakeSeed()
 	lines := make([][8]int64, 2*nKeys)
@@ -410,7 +414,7 @@ func BenchmarkFloor(b *testing.B) {
 			lines[(h>>8)&mask][0]++
 		}
 	})
-	decide := func(keys []string, now func() int64, early bool) func(*testing.B) {
+	decide := func(keys []string, now func() int64, early bool, lines [][8]int64) func(*testing.B) {
 		return func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				h := maphash.String(seed, keys[i&(nKeys-1)])
@@ -429,27 +433,31 @@ func BenchmarkFloor(b *testing.B) {
 		}
 	}
 	timeNow := func() int64 { return time.Now().UnixNano() }
-	b.Run("hash+clock+lock+line", decide(keys, timeNow, false))
-	b.Run("hash+clock+lock+line-fresh-keys", decide(fresh, timeNow, false))
+	b.Run("hash+clock+lock+line", decide(keys, timeNow, false, lines))
+	b.Run("hash+clock+lock+line-fresh-keys", decide(fresh, timeNow, false, lines))
 	// Sluice's clock.Real: one clock read instead of time.Now's two.
 	sluiceClock := clock.New()
 	sluiceNow := func() int64 { return clock.UnixNano(sluiceClock) }
-	b.Run("hash+sluice-clock+lock+line", decide(keys, sluiceNow, false))
-	b.Run("hash+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceNow, false))
+	b.Run("hash+sluice-clock+lock+line", decide(keys, sluiceNow, false, lines))
+	b.Run("hash+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceNow, false, lines))
 	// The line asked for before the clock read, as the memory store does:
 	// its load no longer waits for the ordered read to end.
-	b.Run("hash+prefetch+sluice-clock+lock+line", decide(keys, sluiceNow, true))
-	b.Run("hash+prefetch+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceNow, true))
+	b.Run("hash+prefetch+sluice-clock+lock+line", decide(keys, sluiceNow, true, lines))
+	b.Run("hash+prefetch+sluice-clock+lock+line-fresh-keys", decide(fresh, sluiceNow, true, lines))
+	if huge := hugePageLines(b, len(lines)); huge != nil {
+		b.Run("hash+prefetch+sluice-clock+lock+line-huge-pages", decide(keys, sluiceNow, true, huge))
+		b.Run("hash+prefetch+sluice-clock+lock+line-fresh-keys-huge-pages", decide(fresh, sluiceNow, true, huge))
+	}
 	// What the ordered clock read costs, against the lock: no clock at
 	// all (a count, so that the line is still written each time), and the
 	// processor's counter read without ordering (not a clock: its ticks
 	// are not nanoseconds).
 	var n int64
 	noClock := func() int64 { n++; return n }
-	b.Run("hash+prefetch+lock+line", decide(keys, noClock, true))
-	b.Run("hash+prefetch+lock+line-fresh-keys", decide(fresh, noClock, true))
+	b.Run("hash+prefetch+lock+line", decide(keys, noClock, true, lines))
+	b.Run("hash+prefetch+lock+line-fresh-keys", decide(fresh, noClock, true, lines))
 	if haveTicks {
-		b.Run("hash+prefetch+unordered-ticks+lock+line", decide(keys, ticks, true))
-		b.Run("hash+prefetch+unordered-ticks+lock+line-fresh-keys", decide(fresh, ticks, true))
+		b.Run("hash+prefetch+unordered-ticks+lock+line", decide(keys, ticks, true, lines))
+		b.Run("hash+prefetch+unordered-ticks+lock+line-fresh-keys", decide(fresh, ticks, true, lines))
 	}
 }

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package peers
+
+import "testing"
+
+// hugePageLines has no huge pages to give outside Linux.
+func hugePageLines(testing.TB, int) [][8]int64 { return nil }
