@@ -51,7 +51,7 @@ func TestMemoryStoreMetricsAreRegistered(t *testing.T) {
 	for _, mf := range mfs {
 		got[mf.GetName()] = true
 	}
-	for _, name := range []string{"sluice_memory_entries", "sluice_memory_bytes", "sluice_memory_evictions_total", "sluice_memory_refused_total"} {
+	for _, name := range []string{"sluice_memory_entries", "sluice_memory_bytes", "sluice_memory_mapped_bytes", "sluice_memory_evictions_total", "sluice_memory_refused_total"} {
 		if !got[name] {
 			t.Errorf("got no %s, want it registered for the memory store", name)
 		}

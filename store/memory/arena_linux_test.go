@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 )
@@ -172,7 +174,8 @@ func vmFlags(addr uintptr) (string, error) {
 // memory back.
 func TestStoreTablesInArena(t *testing.T) {
 	const n = 40_000 // 65,536 slots of 64 bytes: 4 MiB
-	s := New(Options{Shards: 1, MaxEntries: n, MaxBytes: 1 << 30})
+	reg := prometheus.NewRegistry()
+	s := New(Options{Shards: 1, MaxEntries: n, MaxBytes: 1 << 30, Registerer: reg})
 	lim := gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	key := func(i int) string {
@@ -207,6 +210,19 @@ func TestStoreTablesInArena(t *testing.T) {
 	}
 	if got, want := s.Mapped(), int64(slots+lines); got != want {
 		t.Fatalf("Mapped %d, want the tables' %d bytes", got, want)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_memory_mapped_bytes" {
+			gauge = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if gauge != float64(slots+lines) {
+		t.Fatalf("sluice_memory_mapped_bytes %v, want the tables' %d bytes", gauge, slots+lines)
 	}
 	// Once every bucket is full again, sweeps remove them and shrink the
 	// tables, back to Go's heap, a block of the arena at each halving.

@@ -305,7 +305,7 @@ func (s *Store) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(s.Bytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_memory_mapped_bytes",
-			Help: "Bytes the memory store's larger tables hold mapped outside Go's heap, with transparent huge pages asked for (Linux): memory that go_memstats_* leave out and process_resident_memory_bytes counts.",
+			Help: "Bytes of the memory store's tables held outside Go's heap, in mappings with transparent huge pages asked for (Linux; the process may hold up to 10 MiB more for them): memory that go_memstats_* leave out and process_resident_memory_bytes counts.",
 		}, func() float64 { return float64(s.Mapped()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "sluice_memory_evictions_total",
