@@ -100,7 +100,7 @@ bench:
 # them: save each round's output, then
 #   cd bench/peers && go run ./ratios /tmp/peers-r1.log /tmp/peers-r2.log ...
 bench-peers:
-	cd bench/peers && $(GO) test -run=TestMemoryPerBucket -bench='^Benchmark(Peers|CachedBuckets|Floor)$$' -benchmem -cpu 1,2 -v . | grep -E '^(Benchmark|memory per)'
+	cd bench/peers && $(GO) test -run=TestMemoryPerBucket -bench='^Benchmark(Peers|CachedBuckets|Floor)$$' -benchmem -cpu 1,2 -v . | grep -E '^(Benchmark|memory per|huge pages)'
 
 # The Redis client under Sluice's store beside go-redis and radix v4
 # (envoyproxy/ratelimit's), counting Envoy windows on a redis-server of

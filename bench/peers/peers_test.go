@@ -18,7 +18,8 @@
 // longer).
 // BenchmarkFloor is the least any of them must do.
 // TestMemoryPerBucket reports the heap each keeps per live bucket, with
-// short keys and with 57-byte ones.
+// short keys and with 57-byte ones, and how much of Sluice's tables the
+// kernel holds in huge pages.
 package peers
 
 import (
@@ -352,15 +353,40 @@ func TestMemoryPerBucket(t *testing.T) {
 				continue
 			}
 			before := heap()
+			made := len(stores)
+			asked0, huge0, ok := hugePages()
 			take := p.new(t)
 			warm(t, take, v.made, nil)
 			after := heap()
 			per := float64(int64(after)-int64(before)) / nKeys
 			t.Logf("%-34s %6.1f bytes per live bucket%s", p.name, per, kind)
 			fmt.Printf("memory per live bucket%s: %s: %.1f B\n", kind, p.name, per)
+			if asked1, huge1, ok1 := hugePages(); ok && ok1 && len(stores) > made {
+				reportHugePages(t, p.name, kind, stores[made:], asked1-asked0, huge1-huge0)
+			}
 			runtime.KeepAlive(take)
 		}
 	}
+}
+
+// reportHugePages prints how much of the tables that Sluice's stores
+// hold outside Go's heap the kernel keeps in huge pages: of the memory
+// mapped since the peer's store was made with huge pages asked for
+// (asked), the bytes in huge pages (huge). Whether the kernel grants them
+// depends on the machine (its transparent huge page settings, and free
+// memory in 2 MiB pieces), so that is reported, not checked; but every
+// byte of the tables must lie in memory that asked for them.
+func reportHugePages(t *testing.T, name, kind string, stores []*memory.Store, asked, huge uint64) {
+	var tables uint64
+	for _, s := range stores {
+		tables += uint64(s.Mapped())
+	}
+	if asked < tables {
+		t.Errorf("%s%s: %d bytes of tables outside Go's heap, but only %d bytes mapped with huge pages asked for", name, kind, tables, asked)
+	}
+	const mib = 1 << 20
+	fmt.Printf("huge pages%s: %s: %.1f MiB of tables, %.1f MiB mapped asking for huge pages, %.1f MiB in them\n",
+		kind, name, float64(tables)/mib, float64(asked)/mib, float64(huge)/mib)
 }
 
 // BenchmarkCachedBuckets asks every limiter for 1,024 buckets in turn,
