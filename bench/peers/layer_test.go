@@ -1,0 +1,107 @@
+package peers
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/gcra"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/store"
+)
+
+// BenchmarkLimiterLayer tells what limiter.Spend costs over the memory
+// store's own SpendGCRA, with a million buckets and fresh keys, by
+// answering from one store, turn by turn in slices of 100,000 decisions,
+// in four ways: the store directly (store), limiter.Spend (limiter), and
+// two copies of the fast path of the limiter's single, written out here
+// and calling the store through store.Spender as single does: one taking
+// the Transaction by value as single does (by-value), one taking the
+// fields it reads one by one (scalars). Each is reported as the median
+// ns per decision over its slices (store-ns, limiter-ns, by-value-ns,
+// scalars-ns). The turns are interleaved in one process, so that a drift
+// of the machine, which moved a row of BenchmarkPeers by up to 50%
+// between runs on the VM of BENCHMARKS.md's section "On a new VM at
+// 86a3d8b", falls on the four alike.
+//
+//	cd bench/peers && go test -run '^$' -bench LimiterLayer -benchtime 12000000x .
+func BenchmarkLimiterLayer(b *testing.B) {
+	s := sluiceStore(b)
+	clk := clock.New()
+	l := limiter.New(s, clk)
+	lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Hour}
+	p, _ := lim.ValidParams()
+	ctx := context.Background()
+	warm(b, func(key string) bool {
+		d, err := l.Spend(ctx, limiter.Transaction{Key: key, Limit: lim, Cost: 1})
+		return err == nil && d.Allowed
+	}, keys, nil)
+	var sp store.Spender = s
+	ways := []struct {
+		name string
+		one  func(key string) bool
+	}{
+		{"store", func(k string) bool { a, _, _, _ := s.SpendGCRA(clk, k, p, 1, false); return a }},
+		{"limiter", func(k string) bool {
+			d, err := l.Spend(ctx, limiter.Transaction{Key: k, Limit: lim, Cost: 1})
+			return err == nil && d.Allowed
+		}},
+		{"by-value", func(k string) bool {
+			d, err := byValue(sp, clk, ctx, k, limiter.Transaction{Key: k, Limit: lim, Cost: 1}, limiter.CheckAndSpend)
+			return err == nil && d.Allowed
+		}},
+		{"scalars", func(k string) bool {
+			d, err := scalars(sp, clk, ctx, k, lim, 1, false, limiter.CheckAndSpend)
+			return err == nil && d.Allowed
+		}},
+	}
+	const slice = 100_000
+	ns := make([][]float64, len(ways))
+	pos := 0
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		for w, way := range ways {
+			start := time.Now()
+			for range slice {
+				if !way.one(fresh[pos&(nKeys-1)]) {
+					b.Fatalf("%s: refused", way.name)
+				}
+				pos++
+			}
+			ns[w] = append(ns[w], float64(time.Since(start).Nanoseconds())/slice)
+			done += slice
+		}
+	}
+	for w, way := range ways {
+		slices.Sort(ns[w])
+		b.ReportMetric(ns[w][len(ns[w])/2], way.name+"-ns")
+	}
+}
+
+// byValue is limiter.Limiter.single's fast path, the Transaction by value.
+//
+//go:noinline
+func byValue(sp store.Spender, clk clock.Clock, ctx context.Context, key string, txn limiter.Transaction, kind limiter.Kind) (limiter.Decision, error) {
+	if !txn.Disabled && txn.Window.Length == 0 && key != "" && txn.Cost >= 0 && txn.Cost <= txn.Limit.Burst {
+		if p, ok := txn.Limit.ValidParams(); ok {
+			allowed, remaining, retryIn, resetIn := sp.SpendGCRA(clk, key, p, txn.Cost, kind == limiter.CheckOnly)
+			return limiter.Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
+		}
+	}
+	return limiter.Decision{}, ctx.Err()
+}
+
+// scalars is byValue with the fields its fast path reads passed one by one.
+//
+//go:noinline
+func scalars(sp store.Spender, clk clock.Clock, ctx context.Context, key string, lim gcra.Limit, cost int64, disabled bool, kind limiter.Kind) (limiter.Decision, error) {
+	if !disabled && key != "" && cost >= 0 && cost <= lim.Burst {
+		if p, ok := lim.ValidParams(); ok {
+			allowed, remaining, retryIn, resetIn := sp.SpendGCRA(clk, key, p, cost, kind == limiter.CheckOnly)
+			return limiter.Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
+		}
+	}
+	return limiter.Decision{}, ctx.Err()
+}
