@@ -13,18 +13,27 @@ import (
 )
 
 // BenchmarkLimiterLayer tells what limiter.Spend costs over the memory
-// store's own SpendGCRA, with a million buckets and fresh keys, by
-// answering from one store, turn by turn in slices of 100,000 decisions,
-// in four ways: the store directly (store), limiter.Spend (limiter), and
-// two copies of the fast path of the limiter's single, written out here
-// and calling the store through store.Spender as single does: one taking
-// the Transaction by value as single does (by-value), one taking the
-// fields it reads one by one (scalars). Each is reported as the median
-// ns per decision over its slices (store-ns, limiter-ns, by-value-ns,
-// scalars-ns). The turns are interleaved in one process, so that a drift
-// of the machine, which moved a row of BenchmarkPeers by up to 50%
-// between runs on the VM of BENCHMARKS.md's section "On a new VM at
-// 86a3d8b", falls on the four alike.
+// store's own SpendGCRA, with a million buckets and fresh keys, and
+// where: it answers from one store, turn by turn in slices of 100,000
+// decisions, in six ways:
+//   - store: the store's SpendGCRA, called directly;
+//   - limiter: limiter.Spend;
+//   - by-value: a copy of the fast path of the limiter's single, written
+//     out here, calling the store through store.Spender as single does,
+//     taking the Transaction by value and returning a Decision, as single
+//     does;
+//   - scalars: the same, taking the fields it reads one by one;
+//   - noctx: scalars without the context.Context parameter;
+//   - nodecision: scalars returning whether the call was allowed, not a
+//     Decision.
+//
+// Each is reported as the median ns per decision over its slices
+// (store-ns, limiter-ns, and so on), and each but the store's by the
+// median of its slices' ns over the store's in the same turn
+// (limiter-over-store-ns, and so on). The turns are interleaved in one
+// process, so that a drift of the machine, which moved a row of
+// BenchmarkPeers by up to 50% between runs on the VM of BENCHMARKS.md's
+// section "On a new VM at 86a3d8b", falls on the six alike.
 //
 //	cd bench/peers && go test -run '^$' -bench LimiterLayer -benchtime 12000000x .
 func BenchmarkLimiterLayer(b *testing.B) {
@@ -52,6 +61,14 @@ func BenchmarkLimiterLayer(b *testing.B) {
 			d, err := byValue(sp, clk, ctx, k, limiter.Transaction{Key: k, Limit: lim, Cost: 1}, limiter.CheckAndSpend)
 			return err == nil && d.Allowed
 		}},
+		{"noctx", func(k string) bool {
+			d, err := noCtx(sp, clk, k, lim, 1, false, limiter.CheckAndSpend)
+			return err == nil && d.Allowed
+		}},
+		{"nodecision", func(k string) bool {
+			a, err := noDecision(sp, clk, ctx, k, lim, 1, false, limiter.CheckAndSpend)
+			return err == nil && a
+		}},
 		{"scalars", func(k string) bool {
 			d, err := scalars(sp, clk, ctx, k, lim, 1, false, limiter.CheckAndSpend)
 			return err == nil && d.Allowed
@@ -75,6 +92,15 @@ func BenchmarkLimiterLayer(b *testing.B) {
 		}
 	}
 	for w, way := range ways {
+		if w > 0 {
+			// Paired with the store's slice of the same turn.
+			over := make([]float64, len(ns[w]))
+			for i := range over {
+				over[i] = ns[w][i] - ns[0][i]
+			}
+			slices.Sort(over)
+			b.ReportMetric(over[len(over)/2], way.name+"-over-store-ns")
+		}
 		slices.Sort(ns[w])
 		b.ReportMetric(ns[w][len(ns[w])/2], way.name+"-ns")
 	}
@@ -104,4 +130,26 @@ func scalars(sp store.Spender, clk clock.Clock, ctx context.Context, key string,
 		}
 	}
 	return limiter.Decision{}, ctx.Err()
+}
+
+//go:noinline
+func noCtx(sp store.Spender, clk clock.Clock, key string, lim gcra.Limit, cost int64, disabled bool, kind limiter.Kind) (limiter.Decision, error) {
+	if !disabled && key != "" && cost >= 0 && cost <= lim.Burst {
+		if p, ok := lim.ValidParams(); ok {
+			allowed, remaining, retryIn, resetIn := sp.SpendGCRA(clk, key, p, cost, kind == limiter.CheckOnly)
+			return limiter.Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
+		}
+	}
+	return limiter.Decision{}, nil
+}
+
+//go:noinline
+func noDecision(sp store.Spender, clk clock.Clock, ctx context.Context, key string, lim gcra.Limit, cost int64, disabled bool, kind limiter.Kind) (bool, error) {
+	if !disabled && key != "" && cost >= 0 && cost <= lim.Burst {
+		if p, ok := lim.ValidParams(); ok {
+			allowed, _, _, _ := sp.SpendGCRA(clk, key, p, cost, kind == limiter.CheckOnly)
+			return allowed, nil
+		}
+	}
+	return false, ctx.Err()
 }
