@@ -1,4 +1,4 @@
-//go:build unix && !race
+//go:build (linux || darwin) && !race
 
 package memory
 
