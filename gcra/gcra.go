@@ -184,6 +184,18 @@ type Raw struct {
 // Spend is Spend in nanoseconds: now and tat are Unix nanoseconds, and a tat
 // at or before now means a full bucket.
 func (p Params) Spend(now, tat, cost int64) Raw {
+	allowed, remaining, retryIn, resetIn, newTAT := p.SpendValues(now, tat, cost)
+	return Raw{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn, TAT: newTAT}
+}
+
+// SpendValues is Spend with Raw's fields as its results, for the memory
+// store's hot path. A Raw returned by value is written to the caller's
+// stack and copied there in 16-byte moves (Go keeps structs of more than
+// four fields in memory), which wait for the 8-byte writes before them:
+// the new TAT, which the store writes back before it unlocks the bucket's
+// shard, then waits for the copy, and so for the division that gives
+// Remaining. As separate results, each is ready when computed.
+func (p Params) SpendValues(now, tat, cost int64) (allowed bool, remaining, retryIn, resetIn, newTAT int64) {
 	p.EmissionInterval = max(p.EmissionInterval, 1)
 	tatU := tat
 	if now > tatU {
@@ -199,36 +211,20 @@ func (p Params) Spend(now, tat, cost int64) Raw {
 		} else {
 			retry += cost * p.EmissionInterval
 		}
-		return Raw{
-			Remaining: (now - (tatU - p.BurstOffset)) / p.EmissionInterval,
-			RetryIn:   retry,
-			ResetIn:   tatU - now,
-			TAT:       tatU,
-		}
+		return false, (now - (tatU - p.BurstOffset)) / p.EmissionInterval, retry, tatU - now, tatU
 	}
 	inc := p.EmissionInterval * cost
-	newTAT := tatU + inc
-	diff := now - (newTAT - p.BurstOffset)
+	next := tatU + inc
+	diff := now - (next - p.BurstOffset)
 	if diff < 0 {
 		// Not enough tokens for this cost: deny and leave the TAT alone.
-		return Raw{
-			Remaining: (now - (tatU - p.BurstOffset)) / p.EmissionInterval,
-			RetryIn:   -diff,
-			ResetIn:   tatU - now,
-			TAT:       tatU,
-		}
+		return false, (now - (tatU - p.BurstOffset)) / p.EmissionInterval, -diff, tatU - now, tatU
 	}
 	var retry int64
 	if diff < inc {
 		retry = inc - diff
 	}
-	return Raw{
-		Allowed:   true,
-		Remaining: diff / p.EmissionInterval,
-		RetryIn:   retry,
-		ResetIn:   newTAT - now,
-		TAT:       newTAT,
-	}
+	return true, diff / p.EmissionInterval, retry, next - now, next
 }
 
 // Refund is Refund in nanoseconds: a tat before now means a full bucket.

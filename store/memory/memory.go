@@ -506,16 +506,16 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	sh.mu.Lock()
 	slot, ok := sh.tab.find(h, key)
 	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
-	g := p.Spend(nowNs, tat, cost)
-	put := g.Allowed && !check && cost != 0
+	yes, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
+	put := yes && !check && cost != 0
 	if put && slot < 0 {
 		slot = sh.put(h, key, false, nowNs)
 	}
 	if put && slot >= 0 {
-		sh.tab.setTAT(slot, g.TAT)
+		sh.tab.setTAT(slot, next)
 	}
 	sh.mu.Unlock()
-	return g.Allowed, g.Remaining, time.Duration(g.RetryIn), time.Duration(g.ResetIn)
+	return yes, rem, time.Duration(retry), time.Duration(reset)
 }
 
 // SpendGCRAShort is SpendGCRA for a key of n bytes, 0 to 16, given as two
@@ -538,18 +538,18 @@ func (s *Store) SpendGCRAShort(clk clock.Clock, lo, hi uint64, n int, p gcra.Par
 	sh.mu.Lock()
 	slot, ok := sh.tab.findShort(h, lo, hi, n)
 	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
-	g := p.Spend(nowNs, tat, cost)
-	put := g.Allowed && !check && cost != 0
+	yes, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
+	put := yes && !check && cost != 0
 	if put && slot < 0 {
 		var key [keybuf.Max]byte
 		keybuf.Put(&key, lo, hi)
 		slot = sh.put(h, unsafe.String(&key[0], n), false, nowNs)
 	}
 	if put && slot >= 0 {
-		sh.tab.setTAT(slot, g.TAT)
+		sh.tab.setTAT(slot, next)
 	}
 	sh.mu.Unlock()
-	return g.Allowed, g.Remaining, time.Duration(g.RetryIn), time.Duration(g.ResetIn)
+	return yes, rem, time.Duration(retry), time.Duration(reset)
 }
 
 // oneIn applies the valid op, whose hash is h, alone in its shard sh at
