@@ -102,20 +102,22 @@ func (op *Op) evaluate(nowNs int64, st *State, r *Result) Write {
 	if live {
 		tat = st.TAT
 	}
-	g := p.Spend(nowNs, tat, op.Cost)
-	put := op.Kind != Check && g.Allowed && op.Cost != 0
+	// Five results, not a gcra.Raw: the new TAT is not copied through
+	// the stack behind the division for Remaining (Params.SpendValues).
+	allowed, remaining, retryIn, resetIn, next := p.SpendValues(nowNs, tat, op.Cost)
+	put := op.Kind != Check && allowed && op.Cost != 0
 	*r = Result{
-		Allowed:   g.Allowed,
-		Remaining: g.Remaining,
-		RetryIn:   time.Duration(g.RetryIn),
-		ResetIn:   time.Duration(g.ResetIn),
+		Allowed:   allowed,
+		Remaining: remaining,
+		RetryIn:   time.Duration(retryIn),
+		ResetIn:   time.Duration(resetIn),
 		Applied:   put,
 	}
 	if !put {
 		*st = State{}
 		return Keep
 	}
-	*st = State{Exists: true, TAT: g.TAT}
+	*st = State{Exists: true, TAT: next}
 	return Put
 }
 
