@@ -39,7 +39,7 @@ import (
 // BenchmarkPeers by up to 50% between runs on the VM of BENCHMARKS.md's
 // section "On a new VM at 86a3d8b", falls on the eight alike.
 //
-//	cd bench/peers && go test -run '^$' -bench LimiterLayer -benchtime 12000000x .
+//	cd bench/peers && go test -run '^$' -bench LimiterLayer -benchtime 16000000x .
 func BenchmarkLimiterLayer(b *testing.B) {
 	s := sluiceStore(b)
 	clk := clock.New()

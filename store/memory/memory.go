@@ -506,8 +506,8 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	sh.mu.Lock()
 	slot, ok := sh.tab.find(h, key)
 	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
-	yes, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
-	put := yes && !check && cost != 0
+	granted, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
+	put := granted && !check && cost != 0
 	if put && slot < 0 {
 		slot = sh.put(h, key, false, nowNs)
 	}
@@ -515,7 +515,7 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 		sh.tab.setTAT(slot, next)
 	}
 	sh.mu.Unlock()
-	return yes, rem, time.Duration(retry), time.Duration(reset)
+	return granted, rem, time.Duration(retry), time.Duration(reset)
 }
 
 // SpendGCRAShort is SpendGCRA for a key of n bytes, 0 to 16, given as two
@@ -538,8 +538,8 @@ func (s *Store) SpendGCRAShort(clk clock.Clock, lo, hi uint64, n int, p gcra.Par
 	sh.mu.Lock()
 	slot, ok := sh.tab.findShort(h, lo, hi, n)
 	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
-	yes, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
-	put := yes && !check && cost != 0
+	granted, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
+	put := granted && !check && cost != 0
 	if put && slot < 0 {
 		var key [keybuf.Max]byte
 		keybuf.Put(&key, lo, hi)
@@ -549,7 +549,7 @@ func (s *Store) SpendGCRAShort(clk clock.Clock, lo, hi uint64, n int, p gcra.Par
 		sh.tab.setTAT(slot, next)
 	}
 	sh.mu.Unlock()
-	return yes, rem, time.Duration(retry), time.Duration(reset)
+	return granted, rem, time.Duration(retry), time.Duration(reset)
 }
 
 // oneIn applies the valid op, whose hash is h, alone in its shard sh at
