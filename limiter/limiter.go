@@ -239,11 +239,10 @@ func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind 
 func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string, cost int64) (Decision, error) {
 	if l.mem != nil {
 		// An account id's key in registers, from the Set to the store.
-		if lo, hi, n, limit, enabled, ok := set.KeyWords(name, id); ok && enabled && cost >= 0 && cost <= limit.Burst {
-			if p, ok := limit.ValidParams(); ok {
-				allowed, remaining, retryIn, resetIn := l.mem.SpendGCRAShort(l.clock, lo, hi, n, p, cost, false)
-				return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
-			}
+		// Its limit's Params were compiled with the Set: no division here.
+		if lo, hi, n, p, ok := set.KeyWords(name, id); ok && cost >= 0 && cost <= p.Burst {
+			allowed, remaining, retryIn, resetIn := l.mem.SpendGCRAShort(l.clock, lo, hi, n, p, cost, false)
+			return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
 		}
 		// The key is not kept: the store copies what it keeps. 64 bytes
 		// hold every key but those built from a domain name (an IPv6

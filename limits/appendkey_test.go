@@ -60,17 +60,19 @@ func TestAppendKeyAgreesWithAppendResolve(t *testing.T) {
 						t.Fatalf("%s: AppendKey gave %q %+v %v, AppendResolve %q %+v %v", what, gotKey, limit, enabled, wantKey, b.Limit, b.Enabled)
 					}
 					// KeyWords answers for a known account name and a
-					// natural account id whose key fits its two words.
-					lo, hi, n, wlimit, wenabled, ok := s.KeyWords(name, id)
+					// natural account id whose key fits its two words,
+					// when a valid limit applies.
+					lo, hi, n, p, ok := s.KeyWords(name, id)
 					key := wantKey[len(dst):]
-					if want := s != nil && regID[name] && naturalAccount.MatchString(id) && len(key) <= keybuf.Max; ok != want {
+					wantP, valid := b.Limit.ValidParams()
+					if want := s != nil && regID[name] && naturalAccount.MatchString(id) && len(key) <= keybuf.Max && b.Enabled && valid; ok != want {
 						t.Fatalf("%s: KeyWords ok %v, want %v", what, ok, want)
 					}
 					if ok {
 						var words [keybuf.Max]byte
 						keybuf.Put(&words, lo, hi)
-						if string(words[:n]) != string(key) || wlimit != b.Limit || wenabled != b.Enabled {
-							t.Fatalf("%s: KeyWords gave %q %+v %v, AppendResolve %q %+v %v", what, words[:n], wlimit, wenabled, key, b.Limit, b.Enabled)
+						if string(words[:n]) != string(key) || p != wantP {
+							t.Fatalf("%s: KeyWords gave %q %+v, AppendResolve %q and %+v's %+v", what, words[:n], p, key, b.Limit, wantP)
 						}
 						keyWords++
 					}

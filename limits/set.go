@@ -43,8 +43,13 @@ type entry struct {
 	plo, phi   uint64 // prefix as keybuf.Load gives it, for KeyWords
 	def        gcra.Limit
 	hasDefault bool
-	defFile    string // where the default is written
-	defLine    int
+	// defParams is def compiled, and defValid whether def is there and
+	// valid (gcra.Limit.ValidParams): KeyWords hands them to SpendFor,
+	// whose decision then makes no division of its own.
+	defParams gcra.Params
+	defValid  bool
+	defFile   string // where the default is written
+	defLine   int
 }
 
 // newEntry returns the entry of n, with no default yet.
@@ -112,6 +117,7 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 		for _, d := range defaults.list {
 			if e := add(d.Name, d.File, d.Line); e != nil {
 				e.def, e.hasDefault = d.Limit, true
+				e.defParams, e.defValid = d.Limit.ValidParams()
 				e.defFile, e.defLine = d.File, d.Line
 				s.ndefaults++
 			}
@@ -282,17 +288,20 @@ func (s *Set) AppendKey(dst []byte, name, id string) ([]byte, gcra.Limit, bool, 
 
 // KeyWords is AppendKey for a key it can hold in registers: for an
 // account id already in its natural form (formats regId) whose bucket key
-// is at most keybuf.Max bytes, it returns the key as keybuf.Words does
-// (for the memory store's SpendGCRAShort), the limit that applies and
-// whether one does, with ok. ok is false for any other name or id, which
-// AppendKey answers.
-func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, limit gcra.Limit, enabled, ok bool) {
+// is at most keybuf.Max bytes, and a valid limit that applies to it, it
+// returns the key as keybuf.Words does (for the memory store's
+// SpendGCRAShort) and the limit's Params (gcra.Limit.ValidParams), with
+// ok. ok is false for any other name or id, and when no limit applies or
+// the one that does is invalid: AppendKey answers those. A name's default
+// was compiled when the Set was made, so that a decision on it makes no
+// division; an override's limit is compiled here.
+func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, p gcra.Params, ok bool) {
 	if s == nil {
-		return 0, 0, 0, gcra.Limit{}, false, false
+		return 0, 0, 0, gcra.Params{}, false
 	}
 	e := s.entry(name)
 	if e == nil || e.name.Format != FormatRegID || len(id) == 0 || len(e.prefix)+len(id) > keybuf.Max {
-		return 0, 0, 0, gcra.Limit{}, false, false
+		return 0, 0, 0, gcra.Params{}, false
 	}
 	// plainRegID's check on the id's words, without a loop whose
 	// branches wait for bytes that may still be on their way from
@@ -300,7 +309,7 @@ func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, limit gcra.Limit,
 	// cost SpendFor 23–53 ns a decision (BENCHMARKS.md, "At 6737e6c", 1469f67).
 	ilo, ihi := keybuf.Load(id)
 	if !keybuf.Digits(ilo, ihi, len(id)) || byte(ilo) == '0' {
-		return 0, 0, 0, gcra.Limit{}, false, false
+		return 0, 0, 0, gcra.Params{}, false
 	}
 	// The prefix's words were loaded when the entry was made: one call
 	// less on the way to the store.
@@ -310,10 +319,11 @@ func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, limit gcra.Limit,
 		var key [keybuf.Max]byte
 		keybuf.Put(&key, lo, hi)
 		if o, found := s.lookupBytes(key[:n]); found {
-			return lo, hi, n, o.Limit, true, true
+			p, ok = o.Limit.ValidParams()
+			return lo, hi, n, p, ok
 		}
 	}
-	return lo, hi, n, e.def, e.hasDefault, true
+	return lo, hi, n, e.defParams, e.defValid
 }
 
 // mayOverride is false when no override of s, from the file or set at
