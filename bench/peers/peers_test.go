@@ -158,14 +158,7 @@ var peers = []peer{
 		// id from a Set, and the spend, in limiter.SpendFor. The keys here
 		// are account ids.
 		l := limiter.New(sluiceStore(tb), clock.New())
-		defaults, err := limits.ParseDefaults("defaults.yaml", []byte(fmt.Sprintf("NewOrdersPerAccount: {burst: %d, count: 1, period: 1h}\n", burst)))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		set, err := limits.New(defaults, nil)
-		if err != nil {
-			tb.Fatal(err)
-		}
+		set := readmeSet(tb)
 		ctx := context.Background()
 		return func(key string) bool {
 			id := key[2:] // "3:12345" -> the account id 12345
@@ -212,6 +205,20 @@ var peers = []peer{
 			return err == nil && !limited
 		}
 	}},
+}
+
+// readmeSet is the README path's limits: NewOrdersPerAccount's default,
+// the benchmarks' limit, and no overrides.
+func readmeSet(tb testing.TB) *limits.Set {
+	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(fmt.Sprintf("NewOrdersPerAccount: {burst: %d, count: 1, period: 1h}\n", burst)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	set, err := limits.New(defaults, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return set
 }
 
 // sluiceStore returns a memory store with room for every bucket a run
