@@ -29,8 +29,8 @@ import (
 //   - spendfor: limiter.SpendFor.
 //
 // An id whose key KeyWords does not give (one in a million: "0", not an
-// account id's natural form) goes through SpendFor in every way but the
-// store's.
+// account id's natural form) goes through SpendFor in the ways that
+// spend on KeyWords' words (words-made-before, keywords+short).
 //
 //	cd bench/peers && go test -run '^$' -bench SpendForLayer -benchtime 24000000x .
 func BenchmarkSpendForLayer(b *testing.B) {
