@@ -61,7 +61,7 @@ func BenchmarkSpendForLayer(b *testing.B) {
 	at := 0 // the call's index in fresh, set by interleave
 	var sink uint64
 	ways := []way{
-		{"store", func(k string) bool { a, _, _, _ := s.SpendGCRA(clk, k, p, 1, false); return a }},
+		{"store", storeSpend(s, clk, p)},
 		{"limiter", func(k string) bool {
 			d, err := l.Spend(ctx, limiter.Transaction{Key: k, Limit: lim, Cost: 1})
 			return err == nil && d.Allowed
@@ -107,7 +107,7 @@ func BenchmarkStoreWithWork(b *testing.B) {
 	clk := clock.New()
 	lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Hour}
 	p, _ := lim.ValidParams()
-	spend := func(k string) bool { a, _, _, _ := s.SpendGCRA(clk, k, p, 1, false); return a }
+	spend := storeSpend(s, clk, p)
 	warm(b, spend, keys, nil)
 	var sink uint64
 	ways := []way{{"store", spend}}
