@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/limits"
 	"github.com/sluice-rl/sluice/store/memory"
 )
 
@@ -115,4 +117,101 @@ func BenchmarkBatchAndRefund(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkAgainstGCRA is DESIGN.md's first performance target side by
+// side: an in-process decision on the memory store within 2x of a bare
+// gcra.Spend call, zero allocations. The ways, interleaved in one run,
+// slice by slice, each called through the same kind of closure:
+//   - gcra: gcra.Spend on a TAT held in a variable, the time moved on by
+//     an addition (gcra's own BenchmarkSpend): the bare call;
+//   - gcra+now: the same at time.Now(), the clock read included;
+//   - spend-1: limiter.Spend on one bucket;
+//   - spend-1024: limiter.Spend over 1,024 buckets, in turn (in cache);
+//   - spendfor-1024: limiter.SpendFor over 1,024 account ids, the
+//     README's path.
+//
+// Each way reports its median ns a decision over the slices (<way>-ns)
+// and that median over gcra's (<way>-x, the target's ratio).
+//
+//	go test -run '^$' -bench AgainstGCRA -benchtime 30000000x ./limiter
+func BenchmarkAgainstGCRA(b *testing.B) {
+	lim := gcra.Limit{Burst: 1_000_000_000, Count: 1_000_000_000, Period: time.Second}
+	defaults, err := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 1000000000, count: 1000000000, period: 1s}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := limits.New(defaults, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := limiter.New(memory.New(memory.Options{}), clock.New())
+	ctx := context.Background()
+	const n = 1024
+	keys, ids := make([]string, n), make([]string, n)
+	for i := range n {
+		ids[i] = strconv.Itoa(100_000 + i)
+		keys[i] = "3:" + ids[i]
+	}
+	now := time.Now()
+	var tat, tatNow time.Time // each gcra way's own bucket
+	ways := []struct {
+		name string
+		one  func(i int) bool
+	}{
+		{"gcra", func(int) bool {
+			now = now.Add(time.Microsecond)
+			d := gcra.Spend(now, lim, tat, 1)
+			tat = d.TAT
+			return d.Allowed
+		}},
+		{"gcra+now", func(int) bool {
+			d := gcra.Spend(time.Now(), lim, tatNow, 1)
+			tatNow = d.TAT
+			return d.Allowed
+		}},
+		{"spend-1", func(int) bool {
+			d, err := l.Spend(ctx, limiter.Transaction{Key: keys[0], Limit: lim, Cost: 1})
+			return err == nil && d.Allowed
+		}},
+		{"spend-1024", func(i int) bool {
+			d, err := l.Spend(ctx, limiter.Transaction{Key: keys[i&(n-1)], Limit: lim, Cost: 1})
+			return err == nil && d.Allowed
+		}},
+		{"spendfor-1024", func(i int) bool {
+			d, err := l.SpendFor(ctx, set, limits.NewOrdersPerAccount, ids[i&(n-1)], 1)
+			return err == nil && d.Allowed
+		}},
+	}
+	const slice = 200_000
+	ns := make([][]float64, len(ways))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done, i := 0, 0; done < b.N; {
+		for w, way := range ways {
+			start := time.Now()
+			for range slice {
+				if !way.one(i) {
+					b.Fatalf("%s: refused", way.name)
+				}
+				i++
+			}
+			ns[w] = append(ns[w], float64(time.Since(start).Nanoseconds())/slice)
+			done += slice
+		}
+	}
+	bare := median(ns[0])
+	for w, way := range ways {
+		m := median(ns[w])
+		b.ReportMetric(m, way.name+"-ns")
+		if w > 0 {
+			b.ReportMetric(m/bare, way.name+"-x")
+		}
+	}
+}
+
+// median returns the median of a, sorting it.
+func median(a []float64) float64 {
+	slices.Sort(a)
+	return a[len(a)/2]
 }
