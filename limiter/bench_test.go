@@ -137,14 +137,7 @@ func BenchmarkBatchAndRefund(b *testing.B) {
 //	go test -run '^$' -bench AgainstGCRA -benchtime 30000000x ./limiter
 func BenchmarkAgainstGCRA(b *testing.B) {
 	lim := gcra.Limit{Burst: 1_000_000_000, Count: 1_000_000_000, Period: time.Second}
-	defaults, err := limits.ParseDefaults("defaults.yaml", []byte("NewOrdersPerAccount: {burst: 1000000000, count: 1000000000, period: 1s}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	set, err := limits.New(defaults, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	set := defaultsSet(b, "NewOrdersPerAccount: {burst: 1000000000, count: 1000000000, period: 1s}\n")
 	l := limiter.New(memory.New(memory.Options{}), clock.New())
 	ctx := context.Background()
 	const n = 1024

@@ -24,6 +24,20 @@ type notMemory struct{ *memory.Store }
 // batchOnly hides a store's DoOne: the limiter then takes its batch path.
 type batchOnly struct{ store.Store }
 
+// defaultsSet returns a Set with the defaults in yaml and no overrides.
+func defaultsSet(tb testing.TB, yaml string) *limits.Set {
+	tb.Helper()
+	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(yaml))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	set, err := limits.New(defaults, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return set
+}
+
 // TestSpendForAnswersAsResolveAndSpend spends, round after round, on ids
 // whose keys fit a memory-store slot and on ids whose keys do not, through
 // SpendFor on one limiter and through Resolve and Spend on another, and
@@ -114,17 +128,10 @@ func TestSpendForAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's sync.Pool drops items on purpose (make allocs runs this without it)")
 	}
-	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(
+	set := defaultsSet(t,
 		"NewOrdersPerAccount: {burst: 1000000, count: 1000, period: 1s}\n"+
 			"NewRegistrationsPerIPAddress: {burst: 1000000, count: 1000, period: 1s}\n"+
-			"NewRegistrationsPerIPv6Range: {burst: 1000000, count: 1000, period: 1s}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := limits.New(defaults, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+			"NewRegistrationsPerIPv6Range: {burst: 1000000, count: 1000, period: 1s}\n")
 	l := limiter.New(memory.New(memory.Options{}), clock.New())
 	ctx := context.Background()
 	for _, c := range [][2]string{
