@@ -43,10 +43,17 @@ vet:
 	@# copies its Transaction in moves the store buffer cannot forward, and
 	@# a decision over many buckets waits for the one before it
 	@# (BENCHMARKS.md, bbb1afc).
+	@# limiter.SpendFor's shortest path must make no call before it asks
+	@# the store for the bucket's slot: what it reads through the calls
+	@# below must stay inlined into it (BENCHMARKS.md, "SpendFor's shortest path").
 	@out=$$($(GO) build -gcflags=-m ./limiter 2>&1); \
 	 for f in Spend Check; do \
 	   echo "$$out" | grep -qE "can inline \(\*Limiter\)\.$$f$$" || \
 	     { echo "limiter.$$f is no longer inlinable (go build -gcflags=-m=2 ./limiter says why)"; exit 1; }; \
+	 done; \
+	 for f in 'limits\.\(\*Set\)\.Short' 'limits\.\(\*Set\)\.MayOverrideShort' 'keybuf\.Load4' 'keybuf\.JoinNear' 'keybuf\.Digits'; do \
+	   echo "$$out" | grep -qE "inlining call to $$f$$" || \
+	     { echo "limiter.SpendFor no longer inlines $$f (go build -gcflags=-m=2 ./limits ./internal/keybuf says why)"; exit 1; }; \
 	 done
 
 unit:

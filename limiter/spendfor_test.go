@@ -44,29 +44,47 @@ func defaultsSet(tb testing.TB, yaml string) *limits.Set {
 // checks every decision is the same: the key SpendFor builds in reused
 // memory reaches the right bucket each time, and no bucket kept a key that
 // a later call overwrote. It does so over the memory store and over a
-// store without DoOne.
+// store without DoOne, and with Sets that let SpendFor's shortest path
+// (account ids of 4 bytes or more, no override possible) be taken and
+// that do not: an override in the file, or set at runtime, for the name.
+// The name is passed both as package limits' constant and as a copy of
+// it, which that path does not take.
 func TestSpendForAnswersAsResolveAndSpend(t *testing.T) {
-	defaults, err := limits.ParseDefaults("defaults.yaml", []byte(
-		"NewOrdersPerAccount: {burst: 3, count: 1, period: 1h}\n"+
-			"FailedAuthorizationsPerDomainPerAccount: {burst: 2, count: 1, period: 1h}\n"))
+	const defaults = "NewOrdersPerAccount: {burst: 3, count: 1, period: 1h}\n" +
+		"FailedAuthorizationsPerDomainPerAccount: {burst: 2, count: 1, period: 1h}\n"
+	plain := defaultsSet(t, defaults)
+	d, err := limits.ParseDefaults("defaults.yaml", []byte(defaults))
 	if err != nil {
 		t.Fatal(err)
 	}
 	overrides, err := limits.ParseOverrides("overrides.yaml", []byte(
-		"- NewOrdersPerAccount: {burst: 5, count: 1, period: 1h, ids: ['7']}\n"))
+		"- NewOrdersPerAccount: {burst: 5, count: 1, period: 1h, ids: ['7', '12345678']}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := limits.New(defaults, overrides)
+	overridden, err := limits.New(d, overrides)
 	if err != nil {
 		t.Fatal(err)
 	}
+	atRuntime := plain.WithRuntime(map[string]limits.Override{"3:1234567": {
+		Key: "3:1234567", Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Hour}}})
 	type call struct{ name, id string }
 	var calls []call
+	copied := strings.Clone(limits.NewOrdersPerAccount)
 	for i := range 8 {
 		calls = append(calls, call{limits.NewOrdersPerAccount, fmt.Sprint(i)})
 		// "4:<account>:<domain>": longer than a slot holds.
 		calls = append(calls, call{limits.FailedAuthorizationsPerDomainPerAccount, fmt.Sprintf("%d:%s.example.com", 100+i, strings.Repeat("d", 20+i))})
+	}
+	// Account ids of every length from 3 to 15 digits (a key of 5 to 17
+	// bytes), and ids the checks refuse: a leading zero, a byte that is
+	// not a digit at either end or within, and one past the 16 bytes.
+	for n := 3; n <= 15; n++ {
+		id := "1234567890123456"[:n]
+		calls = append(calls, call{limits.NewOrdersPerAccount, id}, call{copied, id})
+	}
+	for _, id := range []string{"12345678", "1234567", "0123", "01234567890", "12a4", "a234", "123x", "1234567/90", "12345678 ", "1234567890123x", "-1234"} {
+		calls = append(calls, call{limits.NewOrdersPerAccount, id}, call{copied, id})
 	}
 	for _, tc := range []struct {
 		name string
@@ -76,27 +94,36 @@ func TestSpendForAnswersAsResolveAndSpend(t *testing.T) {
 		{"memory store under another type", func() store.Store { return notMemory{memory.New(memory.Options{})} }},
 		{"batch path", func() store.Store { return batchOnly{memory.New(memory.Options{})} }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			got, want := limiter.New(tc.s(), clk), limiter.New(memory.New(memory.Options{}), clk)
-			ctx := context.Background()
-			for round := range 7 {
-				for i, c := range calls {
-					// Costs from -1 to 4, past some bursts: invalid ones
-					// must fail alike.
-					cost := int64((round+i)%6 - 1)
-					d, err := got.SpendFor(ctx, set, c.name, c.id, cost)
-					b, rerr := set.Resolve(c.name, c.id)
-					if rerr != nil {
-						t.Fatal(rerr)
-					}
-					w, werr := want.Spend(ctx, limiter.ForBucket(b, c.id, cost))
-					if fmt.Sprint(err) != fmt.Sprint(werr) || d != w {
-						t.Fatalf("round %d, %s %q, cost %d: SpendFor decided %+v, %v; Resolve and Spend %+v, %v", round, c.name, c.id, cost, d, err, w, werr)
+		for _, sc := range []struct {
+			name string
+			set  *limits.Set
+		}{{"no overrides", plain}, {"overrides", overridden}, {"a runtime override", atRuntime}} {
+			t.Run(tc.name+", "+sc.name, func(t *testing.T) {
+				set := sc.set
+				clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+				got, want := limiter.New(tc.s(), clk), limiter.New(memory.New(memory.Options{}), clk)
+				ctx := context.Background()
+				for round := range 7 {
+					for i, c := range calls {
+						// Costs from -1 to 4, past some bursts: invalid ones
+						// must fail alike.
+						cost := int64((round+i)%6 - 1)
+						d, err := got.SpendFor(ctx, set, c.name, c.id, cost)
+						b, rerr := set.Resolve(c.name, c.id)
+						var w limiter.Decision
+						var werr error
+						if rerr != nil {
+							werr = limiter.ResolveErr(rerr)
+						} else {
+							w, werr = want.Spend(ctx, limiter.ForBucket(b, c.id, cost))
+						}
+						if fmt.Sprint(err) != fmt.Sprint(werr) || d != w {
+							t.Fatalf("round %d, %s %q, cost %d: SpendFor decided %+v, %v; Resolve and Spend %+v, %v", round, c.name, c.id, cost, d, err, w, werr)
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -85,6 +85,61 @@ func TestAppendKeyAgreesWithAppendResolve(t *testing.T) {
 	}
 }
 
+// TestShortAgreesWithKeyWords: where Short gives a name that SpendFor's
+// shortest path may take (OK, no override possible), the key it builds
+// from an account id and the Params are KeyWords'; Short gives nil for a
+// copy of a name's text; and MayOverrideShort follows the overrides, from
+// the file and at runtime.
+func TestShortAgreesWithKeyWords(t *testing.T) {
+	base := testSet(t)
+	rt, err := base.RuntimeOverride(RuntimeSpec{Name: NewOrdersPerAccount, ID: "99", Burst: ptr(int64(7)), Count: ptr(int64(7)), Period: "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := setOf(t, "NewOrdersPerAccount: {burst: 3, count: 1, period: 1h}\n", "")
+	// NewOrdersPerAccount without a default: not for the path.
+	other := setOf(t, "CertificatesPerDomain: {burst: 3, count: 1, period: 1h}\n", "")
+	sets := map[string]*Set{"file": base, "runtime": base.WithRuntime(map[string]Override{rt.Key: rt}), "plain": plain, "other": other}
+	taken := 0
+	for setName, s := range sets {
+		for _, n := range s.Names() {
+			k := s.Short(n.Text)
+			if k == nil {
+				continue // a name sharing its slot: found by the map
+			}
+			if s.Short(strings.Clone(n.Text)) != nil {
+				t.Fatalf("%s set, %s: Short found a copy of the name", setName, n.Text)
+			}
+			if got, want := s.MayOverrideShort(k), s.mayOverride(s.entry(n.Text)); got != want {
+				t.Fatalf("%s set, %s: MayOverrideShort %v, mayOverride %v", setName, n.Text, got, want)
+			}
+			for l := 4; l <= 16; l++ {
+				id := "9876543210987654"[:l]
+				lo, hi, ln, p, ok := s.KeyWords(n.Text, id)
+				if !k.OK || s.MayOverrideShort(k) || k.Len >= 8 || k.Len+l > keybuf.Max {
+					if k.OK && ok && k.Len+l <= keybuf.Max && k.Params != p {
+						t.Fatalf("%s set, %s %s: Short's Params %+v, KeyWords' %+v", setName, n.Text, id, k.Params, p)
+					}
+					continue
+				}
+				ilo, ihi := keybuf.Load4(id)
+				slo, shi := keybuf.JoinNear(k.Lo, k.Hi, k.Len, ilo, ihi)
+				if !ok || slo != lo || shi != hi || k.Len+l != ln || k.Params != p {
+					t.Fatalf("%s set, %s %s: Short gives %x %x, %d bytes, %+v; KeyWords %x %x, %d bytes, %+v, %v",
+						setName, n.Text, id, slo, shi, k.Len+l, k.Params, lo, hi, ln, p, ok)
+				}
+				taken++
+			}
+		}
+	}
+	if taken < 10 {
+		t.Fatalf("Short's path was checked in only %d cases", taken)
+	}
+	if k := plain.Short(NewOrdersPerAccount); k == nil || !k.OK || plain.MayOverrideShort(k) {
+		t.Fatalf("a Set with a default for NewOrdersPerAccount and no overrides: Short gave %+v", k)
+	}
+}
+
 // naturalAccount is an account id in its natural form.
 var naturalAccount = regexp.MustCompile(`^[1-9][0-9]{0,18}$`)
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice/gcra"
 	"github.com/sluice-rl/sluice/internal/keybuf"
+	"github.com/sluice-rl/sluice/internal/shortkey"
 )
 
 // Set is an immutable snapshot of defaults and overrides: it answers which
@@ -50,6 +51,9 @@ type entry struct {
 	defValid  bool
 	defFile   string // where the default is written
 	defLine   int
+	// short is the name as limiter.SpendFor's direct path reads it,
+	// made with the Set (see Set.Short).
+	short shortkey.Name
 }
 
 // newEntry returns the entry of n, with no default yet.
@@ -142,6 +146,11 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 	}
 	s.enums = s.fileEnums
 	for _, e := range slices.SortedFunc(maps.Values(s.names), func(a, b *entry) int { return cmp.Compare(a.name.Enum, b.name.Enum) }) {
+		e.short = shortkey.Name{
+			Lo: e.plo, Hi: e.phi, Len: len(e.prefix), Params: e.defParams,
+			OK:  e.name.Format == FormatRegID && e.defValid && len(e.prefix) <= keybuf.Max,
+			Bit: 1 << (uint64(e.name.Enum) % 64),
+		}
 		if i := nameSlot(e.name.Text); s.fast[i] == nil {
 			s.fast[i] = e
 		}
@@ -325,6 +334,23 @@ func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, p gcra.Params, ok
 	}
 	return lo, hi, n, e.defParams, e.defValid
 }
+
+// Short returns the name as limiter.SpendFor's direct path reads it
+// (package shortkey), for a name the Set finds without a call: the very
+// string of its text, such as this package's constants. For any other
+// name, even one of the same text, it returns nil; KeyWords and AppendKey
+// answer those. s must not be nil. It is small enough to be inlined.
+func (s *Set) Short(name string) *shortkey.Name {
+	if e := s.fast[nameSlot(name)]; e != nil && unsafe.StringData(e.name.Text) == unsafe.StringData(name) && len(e.name.Text) == len(name) {
+		return &e.short
+	}
+	return nil
+}
+
+// MayOverrideShort is false when no override of s, from the files or set
+// at runtime, can apply to a key of the name k is (Set.Short). s must
+// not be nil.
+func (s *Set) MayOverrideShort(k *shortkey.Name) bool { return s.enums&k.Bit != 0 }
 
 // mayOverride is false when no override of s, from the file or set at
 // runtime, can apply to a key of e's name; s may be nil.

@@ -70,6 +70,13 @@ func Join(alo, ahi uint64, la int, blo, bhi uint64) (lo, hi uint64) {
 	return lo, hi
 }
 
+// JoinNear is Join for an a of 1 to 7 bytes, which the caller checks: its
+// shifts then need no test for 64 or more.
+func JoinNear(alo, ahi uint64, la int, blo, bhi uint64) (lo, hi uint64) {
+	s := uint(la) * 8 & 63
+	return alo | blo<<s, ahi | bhi<<s | blo>>((64-s)&63)
+}
+
 // Digits reports whether the n <= Max bytes of the key (lo, hi) are all
 // ASCII digits, without a loop: each byte's high nibble is 3 and its low
 // one at most 9 (adding 6 to it carries into the high nibble).
@@ -83,6 +90,24 @@ func Digits(lo, hi uint64, n int) bool {
 // Load returns s, at most Max bytes, as Words does; it reads only s's
 // own bytes.
 func Load(s string) (lo, hi uint64) { return load(s) }
+
+// Load4 is Load for a string of 4 to Max bytes, which the caller checks:
+// small enough to be inlined, so that limiter.SpendFor reads an account
+// id without a call (Load, for every length, is not). It reads only s's
+// own bytes; for a shorter or longer s its answer is not Load's, and it
+// may read outside s.
+func Load4(s string) (lo, hi uint64) {
+	n := len(s)
+	p := unsafe.Pointer(unsafe.StringData(s))
+	if n >= 8 {
+		// As load: the second read ends at s's end.
+		lo = binary.LittleEndian.Uint64((*[8]byte)(p)[:])
+		hi = binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(p, n-8))[:]) >> (8 * uint(16-n))
+		return lo, hi
+	}
+	lo = uint64(binary.LittleEndian.Uint32((*[4]byte)(p)[:])) | uint64(binary.LittleEndian.Uint32((*[4]byte)(unsafe.Add(p, n-4))[:]))<<(8*uint(n-4))
+	return lo, 0
+}
 
 // Trim returns (lo, hi) with their bytes past the first n <= Max zeroed,
 // as Words and Load give a key of n bytes.

@@ -78,6 +78,11 @@ func TestWords(t *testing.T) {
 			if l, h := Load(a + b); l != lo || h != hi {
 				t.Fatalf("lengths %d+%d: Load gave %x %x, Words %x %x", la, lb, l, h, lo, hi)
 			}
+			if n >= 4 { // Load4's lengths
+				if l, h := Load4(a + b); l != lo || h != hi {
+					t.Fatalf("lengths %d+%d: Load4 gave %x %x, Words %x %x", la, lb, l, h, lo, hi)
+				}
+			}
 			held := want
 			for i := n; i < Max; i++ {
 				held[i] = byte(r.Uint32()) // not the key's: ignored
@@ -145,6 +150,16 @@ func TestDigits(t *testing.T) {
 		jlo, jhi := Join(alo, ahi, len(a), blo, bhi)
 		if wlo, whi, _, _ := Words(a, b); jlo != wlo || jhi != whi {
 			t.Fatalf("Join(%q, %q) = %x %x, Words %x %x", a, b, jlo, jhi, wlo, whi)
+		}
+		// JoinNear, for every split whose first part is 1 to 7 bytes.
+		for la := 1; la <= 7 && la <= n; la++ {
+			a, b := string(key[:la]), string(key[la:n])
+			alo, ahi := Load(a)
+			blo, bhi := Load(b)
+			jlo, jhi := JoinNear(alo, ahi, la, blo, bhi)
+			if wlo, whi, _, _ := Words(a, b); jlo != wlo || jhi != whi {
+				t.Fatalf("JoinNear(%q, %q) = %x %x, Words %x %x", a, b, jlo, jhi, wlo, whi)
+			}
 		}
 	}
 }

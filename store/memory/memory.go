@@ -518,6 +518,17 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	return granted, rem, time.Duration(retry), time.Duration(reset)
 }
 
+// PrefetchShort asks for the slot of the bucket whose key SpendGCRAShort
+// would be given as (lo, hi, n), without waiting for it: for a caller
+// that has the key's words before it has checked them, so that the slot's
+// load overlaps the checks (limiter.SpendFor). It changes nothing: given
+// an n out of range, it asks for some slot, which does no harm.
+func (s *Store) PrefetchShort(lo, hi uint64, n int) {
+	lo, hi = keybuf.Trim(lo, hi, n)
+	h, i := s.hashShort(lo, hi, n)
+	s.shards[i].prefetchSlot(h)
+}
+
 // SpendGCRAShort is SpendGCRA for a key of n bytes, 0 to 16, given as two
 // words: byte i of the key is byte i of lo, little-endian, for i < 8,
 // else byte i-8 of hi; the words' bytes past the key are ignored. The

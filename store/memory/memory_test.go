@@ -294,6 +294,9 @@ func TestSpendGCRAShortAnswersAsSpendGCRA(t *testing.T) {
 				}
 			}
 		}
+		// A prefetch changes nothing, whatever it is given.
+		short.PrefetchShort(lo, hi, len(key))
+		short.PrefetchShort(r.Uint64(), r.Uint64(), r.IntN(100)-50)
 		var got, want [4]any
 		got[0], got[1], got[2], got[3] = short.SpendGCRAShort(clk, lo, hi, len(key), p, cost, check)
 		want[0], want[1], want[2], want[3] = long.SpendGCRA(clk, key, p, cost, check)
