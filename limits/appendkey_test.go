@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/internal/keybuf"
 )
@@ -105,7 +106,9 @@ func TestShortAgreesWithKeyWords(t *testing.T) {
 		for _, n := range s.Names() {
 			k := s.Short(n.Text)
 			if k == nil {
-				continue // a name sharing its slot: found by the map
+				// With a dozen names, one of New's multipliers places
+				// every name apart (see TestShortFindsNamesByAddress).
+				t.Fatalf("%s set, %s: Short found no entry", setName, n.Text)
 			}
 			if s.Short(strings.Clone(n.Text)) != nil {
 				t.Fatalf("%s set, %s: Short found a copy of the name", setName, n.Text)
@@ -137,6 +140,44 @@ func TestShortAgreesWithKeyWords(t *testing.T) {
 	}
 	if k := plain.Short(NewOrdersPerAccount); k == nil || !k.OK || plain.MayOverrideShort(k) {
 		t.Fatalf("a Set with a default for NewOrdersPerAccount and no overrides: Short gave %+v", k)
+	}
+}
+
+// TestShortFindsNamesByAddress: Short finds each name by the address of
+// its text, and only by that: never a copy of it. With 192 names in the Set's 256 slots, some
+// share a slot under every multiplier New tries; each name Short misses
+// then shares its slot with one it finds, and Short never answers with
+// another name's entry.
+func TestShortFindsNamesByAddress(t *testing.T) {
+	for _, count := range []int{1, 12, 192} {
+		var defaults strings.Builder
+		for i := range count {
+			fmt.Fprintf(&defaults, "Thing%dPerAccount: {burst: %d, count: 1, period: 1h}\n", i, i+1)
+		}
+		s := setOf(t, defaults.String(), "")
+		found := 0
+		for _, n := range s.Names() {
+			if s.Short(strings.Clone(n.Text)) != nil {
+				t.Fatalf("%d names: Short found a copy of %s", count, n.Text)
+			}
+			k := s.Short(n.Text)
+			e := s.entry(n.Text)
+			if k != nil {
+				if k != &e.short {
+					t.Fatalf("%d names: Short(%s) gave another name's entry", count, n.Text)
+				}
+				found++
+				continue
+			}
+			other := s.byAddr[addrSlot(unsafe.StringData(n.Text), s.addrMul)]
+			if other == nil || other == e {
+				t.Fatalf("%d names: Short missed %s, whose slot holds %v", count, n.Text, other)
+			}
+		}
+		if names := len(s.Names()); count <= 12 && found != names {
+			t.Fatalf("%d names: Short found %d of %d", count, found, names)
+		}
+		t.Logf("%d names besides the built-in ones: Short finds %d of %d", count, found, len(s.Names()))
 	}
 }
 

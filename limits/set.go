@@ -33,7 +33,14 @@ type Set struct {
 	// nameSlot(name) holds the entry of one name (the first in enum order
 	// of those sharing the slot), checked against the name's text; the
 	// others are found in names. See entry.
-	fast     [nameSlots]*entry
+	fast [nameSlots]*entry
+	// byAddr finds a name's entry by the address of its text, for
+	// Short: slot addrSlot(text, addrMul) holds the entry whose text is
+	// there. addrMul is chosen when the Set is made so that no two
+	// names share a slot, when one of the tries does so (see
+	// placeByAddr); a name left out is still found by entry.
+	byAddr   [addrSlots]*entry
+	addrMul  uint64
 	warnings ErrorList // from the overrides
 }
 
@@ -155,6 +162,7 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 			s.fast[i] = e
 		}
 	}
+	s.placeByAddr()
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -336,12 +344,14 @@ func (s *Set) KeyWords(name, id string) (lo, hi uint64, n int, p gcra.Params, ok
 }
 
 // Short returns the name as limiter.SpendFor's direct path reads it
-// (package shortkey), for a name the Set finds without a call: the very
-// string of its text, such as this package's constants. For any other
-// name, even one of the same text, it returns nil; KeyWords and AppendKey
-// answer those. s must not be nil. It is small enough to be inlined.
+// (package shortkey), for a name passed as the very string of its text,
+// such as this package's constants: found by the string's address, with
+// no read of its bytes. For any other name, even one of the same text, it
+// returns nil (and, rarely, for a name whose address shares its slot with
+// another's: see placeByAddr); KeyWords and AppendKey answer those. s
+// must not be nil. It is small enough to be inlined.
 func (s *Set) Short(name string) *shortkey.Name {
-	if e := s.fast[nameSlot(name)]; e != nil && unsafe.StringData(e.name.Text) == unsafe.StringData(name) && len(e.name.Text) == len(name) {
+	if e := s.byAddr[addrSlot(unsafe.StringData(name), s.addrMul)]; e != nil && unsafe.StringData(e.name.Text) == unsafe.StringData(name) && len(e.name.Text) == len(name) {
 		return &e.short
 	}
 	return nil
@@ -383,6 +393,61 @@ func (s *Set) entry(name string) *entry {
 	}
 	return s.names[name]
 }
+
+// placeByAddr fills s.byAddr. Of up to addrTries multipliers, it takes
+// the first under which no two names' texts share a slot, or else the
+// one that places the most names; each name left out shares its slot
+// with one placed before it in enum order.
+func (s *Set) placeByAddr() {
+	entries := slices.SortedFunc(maps.Values(s.names), func(a, b *entry) int { return cmp.Compare(a.name.Enum, b.name.Enum) })
+	best, bestPlaced := uint64(0), -1
+	mul := uint64(0x9E3779B97F4A7C15) // splitmix64's increment: the tries' sequence
+	for range addrTries {
+		mul += 0x9E3779B97F4A7C15
+		m := mix(mul) | 1
+		var taken [addrSlots]bool
+		placed := 0
+		for _, e := range entries {
+			if i := addrSlot(unsafe.StringData(e.name.Text), m); !taken[i] {
+				taken[i] = true
+				placed++
+			}
+		}
+		if placed > bestPlaced {
+			best, bestPlaced = m, placed
+		}
+		if placed == len(entries) {
+			break
+		}
+	}
+	s.addrMul = best
+	for _, e := range entries {
+		if i := addrSlot(unsafe.StringData(e.name.Text), best); s.byAddr[i] == nil {
+			s.byAddr[i] = e
+		}
+	}
+}
+
+// mix is splitmix64's output function.
+func mix(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+// addrSlot is the slot in Set.byAddr of a name whose text is at p,
+// under the multiplier m: the top bits of the address times m.
+func addrSlot(p *byte, m uint64) int {
+	return int(uint64(uintptr(unsafe.Pointer(p))) * m >> (64 - addrBits))
+}
+
+// addrBits and addrSlots size Set.byAddr; addrTries is how many
+// multipliers New tries for it.
+const (
+	addrBits  = 8
+	addrSlots = 1 << addrBits
+	addrTries = 64
+)
 
 // nameSlot is the slot of name in Set.fast: a mix of its length and
 // three of its bytes, cheaper than a hash of the whole name. Names that
