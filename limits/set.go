@@ -152,7 +152,8 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 		}
 	}
 	s.enums = s.fileEnums
-	for _, e := range slices.SortedFunc(maps.Values(s.names), func(a, b *entry) int { return cmp.Compare(a.name.Enum, b.name.Enum) }) {
+	entries := slices.SortedFunc(maps.Values(s.names), func(a, b *entry) int { return cmp.Compare(a.name.Enum, b.name.Enum) })
+	for _, e := range entries {
 		e.short = shortkey.Name{
 			Lo: e.plo, Hi: e.phi, Len: len(e.prefix), Params: e.defParams,
 			OK:  e.name.Format == FormatRegID && e.defValid && len(e.prefix) <= keybuf.Max,
@@ -162,7 +163,7 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 			s.fast[i] = e
 		}
 	}
-	s.placeByAddr()
+	s.placeByAddr(entries)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -394,12 +395,11 @@ func (s *Set) entry(name string) *entry {
 	return s.names[name]
 }
 
-// placeByAddr fills s.byAddr. Of up to addrTries multipliers, it takes
-// the first under which no two names' texts share a slot, or else the
-// one that places the most names; each name left out shares its slot
-// with one placed before it in enum order.
-func (s *Set) placeByAddr() {
-	entries := slices.SortedFunc(maps.Values(s.names), func(a, b *entry) int { return cmp.Compare(a.name.Enum, b.name.Enum) })
+// placeByAddr fills s.byAddr with entries, the Set's, in enum order. Of
+// up to addrTries multipliers, it takes the first under which no two
+// names' texts share a slot, or else the one that places the most names;
+// each name left out shares its slot with one placed before it.
+func (s *Set) placeByAddr(entries []*entry) {
 	best, bestPlaced := uint64(0), -1
 	mul := uint64(0x9E3779B97F4A7C15) // splitmix64's increment: the tries' sequence
 	for range addrTries {
