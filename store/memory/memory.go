@@ -392,7 +392,7 @@ func (s *Store) hash(key string) (uint64, int) {
 		if n >= 4 {
 			// Inlined, where Load is a call: with a million fresh keys
 			// of 3 to 9 bytes, limiter.Spend serially took 8–33 ns less
-			// (BENCHMARKS.md, "At 2f37118").
+			// (BENCHMARKS.md, "A short key read inline").
 			lo, hi := keybuf.Load4(key)
 			return s.hashShort(lo, hi, n)
 		}
