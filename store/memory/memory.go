@@ -391,7 +391,7 @@ func (s *Store) hash(key string) (uint64, int) {
 	case n <= keybuf.Max:
 		if n >= 4 {
 			// Inlined, where Load is a call: with a million fresh keys
-			// of 3 to 9 bytes, limiter.Spend serially took 8–33 ns less
+			// of 3 to 9 bytes, limiter.Spend serially took 7–35 ns less
 			// (BENCHMARKS.md, "A short key read inline").
 			lo, hi := keybuf.Load4(key)
 			return s.hashShort(lo, hi, n)
