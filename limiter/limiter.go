@@ -248,7 +248,7 @@ func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind 
 // answers all of them.
 func (l *Limiter) SpendFor(ctx context.Context, set *limits.Set, name, id string, cost int64) (Decision, error) {
 	if l.mem != nil && set != nil {
-		if k := set.Short(name); k != nil && k.OK && k.Len < 8 && len(id) >= 4 && k.Len+len(id) <= keybuf.Max &&
+		if k := set.Short(name); k != nil && k.OK && len(id) >= 4 && k.Len+len(id) <= keybuf.Max &&
 			!set.MayOverrideShort(k) && cost >= 0 && cost <= k.Params.Burst {
 			ilo, ihi := keybuf.Load4(id)
 			lo, hi := keybuf.JoinNear(k.Lo, k.Hi, k.Len, ilo, ihi)

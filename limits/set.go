@@ -156,8 +156,8 @@ func New(defaults *Defaults, overrides *Overrides) (*Set, error) {
 	for _, e := range entries {
 		e.short = shortkey.Name{
 			Lo: e.plo, Hi: e.phi, Len: len(e.prefix), Params: e.defParams,
-			OK:  e.name.Format == FormatRegID && e.defValid && len(e.prefix) <= keybuf.Max,
-			Bit: 1 << (uint64(e.name.Enum) % 64),
+			OK:  e.name.Format == FormatRegID && e.defValid && len(e.prefix) < 8,
+			Bit: enumMask(uint64(e.name.Enum)),
 		}
 		if i := nameSlot(e.name.Text); s.fast[i] == nil {
 			s.fast[i] = e
@@ -366,8 +366,11 @@ func (s *Set) MayOverrideShort(k *shortkey.Name) bool { return s.enums&k.Bit != 
 // mayOverride is false when no override of s, from the file or set at
 // runtime, can apply to a key of e's name; s may be nil.
 func (s *Set) mayOverride(e *entry) bool {
-	return s != nil && s.enums&(1<<(uint64(e.name.Enum)%64)) != 0
+	return s != nil && s.enums&enumMask(uint64(e.name.Enum)) != 0
 }
+
+// enumMask is the bit of Set.enums for the names of enum number enum.
+func enumMask(enum uint64) uint64 { return 1 << (enum % 64) }
 
 // enumBit is the bit of Set.enums for a bucket key, "<enum>:<id>": 1 <<
 // (enum % 64). A key that does not begin so gets every bit, so that no
@@ -381,7 +384,7 @@ func enumBit(key string) uint64 {
 	if err != nil {
 		return ^uint64(0)
 	}
-	return 1 << (enum % 64)
+	return enumMask(enum)
 }
 
 // entry returns the entry of name, nil if the Set does not know it.

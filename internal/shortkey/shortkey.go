@@ -19,7 +19,7 @@ type Name struct {
 	Params gcra.Params
 	// OK is whether the path may be taken at all: the name's ids are
 	// account ids (limits.FormatRegID), its default is there and valid,
-	// and its prefix is at most keybuf.Max bytes.
+	// and its prefix is 1 to 7 bytes, as keybuf.JoinNear joins.
 	OK bool
 	// Bit is the name's bit among a Set's enums of overrides: 1 << (enum
 	// % 64). A Set whose overrides have that bit may have one for the
