@@ -119,7 +119,7 @@ func TestShortAgreesWithKeyWords(t *testing.T) {
 			for l := 4; l <= 16; l++ {
 				id := "9876543210987654"[:l]
 				lo, hi, ln, p, ok := s.KeyWords(n.Text, id)
-				if !k.OK || s.MayOverrideShort(k) || k.Len >= 8 || k.Len+l > keybuf.Max {
+				if !k.OK || s.MayOverrideShort(k) || k.Len+l > keybuf.Max { // OK holds Len < 8
 					if k.OK && ok && k.Len+l <= keybuf.Max && k.Params != p {
 						t.Fatalf("%s set, %s %s: Short's Params %+v, KeyWords' %+v", setName, n.Text, id, k.Params, p)
 					}
