@@ -384,8 +384,23 @@ func (s *Store) Close() error {
 //
 // A key of up to keybuf.Max bytes is hashed from its bytes as two words
 // (hashShort), so that SpendGCRAShort can find its bucket from the words
-// alone; one of up to 24 bytes from three (hashInline); a longer one
-// with maphash.
+// alone; one of up to 24 bytes from three, here; a longer one with
+// maphash.
+//
+// A key of keybuf.Max+1 to 24 bytes: its first 16 bytes as two words and
+// its last 8 as a third (overlapping the second for a key of fewer than
+// 24), mixed as hashShort mixes its words, then the third word, then the
+// length, each in a multiply of its own: every word goes through two
+// multiplies at least, as in hashShort (with the third word and the
+// length in one multiply, keys that differ only in their last bytes
+// crowded some homes: TestShortKeysSpread). Three loads and three
+// multiplies for keys as common as an enum and a long number, or a
+// tenant and a user. They are written out here, not called: with a
+// million fresh keys of 17 to 24 bytes, limiter.Spend serially took
+// about 150 ns, against about 190 with them in a function of their own
+// (BENCHMARKS.md, "Keys of 17 to 24 bytes hashed inline"). Two more loads
+// and a multiply on this path cost as much, which is why keys of 25 bytes
+// and more still go to maphash.
 func (s *Store) hash(key string) (uint64, int) {
 	switch n := len(key); {
 	case n <= keybuf.Max:
@@ -399,33 +414,17 @@ func (s *Store) hash(key string) (uint64, int) {
 		lo, hi := keybuf.Load(key)
 		return s.hashShort(lo, hi, n)
 	case n <= inlineWindowKey:
-		return s.hashInline(key)
+		b := unsafe.Slice(unsafe.StringData(key), n)
+		w0 := binary.LittleEndian.Uint64(b)
+		w1 := binary.LittleEndian.Uint64(b[8:])
+		w2 := binary.LittleEndian.Uint64(b[n-8:])
+		a, c := bits.Mul64(w0^s.secret[0], w1^s.secret[1])
+		d, e := bits.Mul64(a^c^s.secret[2], w2^s.secret[3])
+		f, g := bits.Mul64(d^e^s.secret[0], uint64(n)^s.secret[1])
+		h := f ^ g
+		return h | 1, int((h >> 1) & s.mask)
 	}
 	h := maphash.String(s.seed, key)
-	return h | 1, int((h >> 1) & s.mask)
-}
-
-// hashInline is hash for a key of keybuf.Max+1 to 24 bytes: its
-// first 16 bytes as two words and its last 8 as a third (overlapping the
-// second for a key of fewer than 24), mixed as hashShort mixes its words,
-// then the third word, then the length, each in a multiply of its own:
-// every word goes through two multiplies at least, as in hashShort (with
-// the third word and the length in one multiply, keys that differ only
-// in their last bytes crowded some homes: TestShortKeysSpread). Three
-// loads and three multiplies, in place of maphash's call, for keys as
-// common as an enum and a long number, or a tenant and a user (no
-// benchmark here has such keys; issue 16's notes have a throwaway
-// measurement).
-func (s *Store) hashInline(key string) (uint64, int) {
-	n := len(key)
-	b := unsafe.Slice(unsafe.StringData(key), n)
-	w0 := binary.LittleEndian.Uint64(b)
-	w1 := binary.LittleEndian.Uint64(b[8:])
-	w2 := binary.LittleEndian.Uint64(b[n-8:])
-	a, c := bits.Mul64(w0^s.secret[0], w1^s.secret[1])
-	d, e := bits.Mul64(a^c^s.secret[2], w2^s.secret[3])
-	f, g := bits.Mul64(d^e^s.secret[0], uint64(n)^s.secret[1])
-	h := f ^ g
 	return h | 1, int((h >> 1) & s.mask)
 }
 

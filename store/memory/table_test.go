@@ -354,7 +354,7 @@ func TestFindShortAsFind(t *testing.T) {
 // spread over the shards (hash's low bits) and over a table's homes (its
 // top bits) within half of even: numbers that differ in their first
 // word, longer ones that differ only in their second, and keys of 17 to
-// 24 bytes (hashInline) that differ only in their last 8 bytes.
+// 24 bytes (hash's three words) that differ only in their last 8 bytes.
 func TestShortKeysSpread(t *testing.T) {
 	for _, prefix := range []string{"3:", "3:12345678", "tenant-7:user:", "tenant:acme:user:"} {
 		t.Run(prefix, func(t *testing.T) { spread(t, prefix) })
