@@ -102,8 +102,8 @@ bench:
 # on them): the keys the buckets were made with, fresh copies, fresh
 # copies of buckets made in another order, and 36- and 57-byte keys; 1
 # and 2 cores, and the heap each keeps per live bucket.
-# BenchmarkSpendWithWork, a diagnostic, is left out (BENCHMARKS.md has its
-# command). Each round's ratios to the best peer, as BENCHMARKS.md gives
+# BenchmarkSpendWithWork and BenchmarkKeyLengths, diagnostics, are left
+# out (BENCHMARKS.md has their commands). Each round's ratios to the best peer, as BENCHMARKS.md gives
 # them: save each round's output, then
 #   cd bench/peers && go run ./ratios /tmp/peers-r1.log /tmp/peers-r2.log ...
 bench-peers:
