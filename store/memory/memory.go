@@ -397,7 +397,7 @@ func (s *Store) Close() error {
 // multiplies for keys as common as an enum and a long number, or a
 // tenant and a user. They are written out here, not called: with a
 // million fresh keys of 17 to 24 bytes, limiter.Spend serially took
-// about 150 ns, against about 190 with them in a function of their own
+// about 150 ns, against about 185 with them in a function of their own
 // (BENCHMARKS.md, "Keys of 17 to 24 bytes hashed inline"). Two more loads
 // and a multiply on this path cost as much, which is why keys of 25 bytes
 // and more still go to maphash.
