@@ -103,8 +103,8 @@ bench:
 # copies of buckets made in another order, and 36- and 57-byte keys; 1
 # and 2 cores, and the heap each keeps per live bucket.
 # BenchmarkSpendWithWork and BenchmarkKeyLengths, diagnostics, are left
-# out (BENCHMARKS.md has their commands). Each round's ratios to the best peer, as BENCHMARKS.md gives
-# them: save each round's output, then
+# out (BENCHMARKS.md has their commands). Each round's ratios to the best
+# peer, as BENCHMARKS.md gives them: save each round's output, then
 #   cd bench/peers && go run ./ratios /tmp/peers-r1.log /tmp/peers-r2.log ...
 bench-peers:
 	cd bench/peers && $(GO) test -run=TestMemoryPerBucket -bench='^Benchmark(Peers|CachedBuckets|Floor)$$' -benchmem -cpu 1,2 -v . | grep -E '^(Benchmark|memory per|huge pages)'

@@ -30,12 +30,12 @@ func padded(n int) []string {
 func BenchmarkKeyLengths(b *testing.B) {
 	var spend peer
 	for _, p := range peers {
-		if p.name == "sluice limiter.Spend" {
+		if p.name == spendPath {
 			spend = p
 		}
 	}
 	if spend.new == nil {
-		b.Fatal("no peer named sluice limiter.Spend")
+		b.Fatal("no peer named " + spendPath)
 	}
 	for _, n := range keyLengths {
 		made := keys

@@ -151,8 +151,12 @@ var longer = func() []string {
 
 var longerFresh = copied(longer)
 
-// readmePath names the README's path among the peers.
-const readmePath = "sluice README path (SpendFor)"
+// readmePath names the README's path among the peers, and spendPath
+// limiter.Spend over the memory store.
+const (
+	readmePath = "sluice README path (SpendFor)"
+	spendPath  = "sluice limiter.Spend"
+)
 
 // peer is one limiter under test: take reports whether key may go ahead.
 type peer struct {
@@ -161,7 +165,7 @@ type peer struct {
 }
 
 var peers = []peer{
-	{"sluice limiter.Spend", func(tb testing.TB) func(string) bool {
+	{spendPath, func(tb testing.TB) func(string) bool {
 		// The README's library path.
 		l := limiter.New(sluiceStore(tb), clock.New())
 		lim := gcra.Limit{Burst: burst, Count: 1, Period: time.Hour}
