@@ -24,9 +24,9 @@ const blockClasses = 5
 
 const _ = uint(hugePage - minBlock<<blockClasses) // hugePage is minBlock<<blockClasses
 
-// arena holds a store's larger tables (slots and lines) outside Go's heap,
-// in memory mapped on Linux with transparent huge pages asked for
-// (madvise MADV_HUGEPAGE). A decision over a store larger than the CPU's
+// arena holds a store's larger tables (slots and wide buckets) outside
+// Go's heap, in memory mapped on Linux with transparent huge pages asked
+// for (madvise MADV_HUGEPAGE). A decision over a store larger than the CPU's
 // caches costs one or two memory accesses, each of which with the
 // kernel's 4 KiB pages also misses the TLB and walks the page tables;
 // with 2 MiB pages the TLB covers gigabytes and the walk is gone (in a

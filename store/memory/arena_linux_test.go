@@ -167,22 +167,25 @@ func vmFlags(addr uintptr) (string, error) {
 	return "", fmt.Errorf("no mapping holds %#x", addr)
 }
 
-// TestStoreTablesInArena fills one shard past a chunk's blocks and past a
-// huge page of slots, with keys that take lines, and checks that the
-// decisions are the same as over Go's heap, that the tables are the
-// arena's, and that Close, and a store no longer reachable, give the
-// memory back.
+// TestStoreTablesInArena fills one shard past a huge page of slots and
+// of wide buckets, with keys that fit a slot and keys that make wide
+// buckets, one of each in turn, and checks that the decisions are the
+// same as over Go's heap, that the tables are the arena's, and that
+// Close, and a store no longer reachable, give the memory back.
 func TestStoreTablesInArena(t *testing.T) {
-	const n = 40_000 // 65,536 slots of 64 bytes: 4 MiB
+	const n = 40_000 // 20,000 of each: 32,768 slots of 64 bytes, 2 MiB, and as many wide buckets of 128, 4 MiB
 	reg := prometheus.NewRegistry()
 	s := New(Options{Shards: 1, MaxEntries: n, MaxBytes: 1 << 30, Registerer: reg})
 	lim := gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	key := func(i int) string {
+		if i%2 == 0 {
+			return fmt.Sprintf("tenant-%08d", i)
+		}
 		return fmt.Sprintf("tenant-%08d/user-0123456789abcdef0123456789abcdef/%05d", i, i%99999)
 	}
-	if len(key(0)) <= inlineKey || len(key(0)) > maxLineKey {
-		t.Fatalf("key of %d bytes does not take a line", len(key(0)))
+	if isWide(len(key(0))) || !isWide(len(key(1))) {
+		t.Fatalf("keys of %d and %d bytes: want the first in a slot, the second wide", len(key(0)), len(key(1)))
 	}
 	for round := range 2 {
 		for i := range n {
@@ -195,20 +198,17 @@ func TestStoreTablesInArena(t *testing.T) {
 	}
 	sh := &s.shards[0]
 	sh.mu.Lock()
-	slots, lines := len(sh.tab.slots)*64, len(sh.tab.lines.lines)*64
+	slots, wides := len(sh.tab.slots)*64, len(sh.tab.wide.e)*128
 	inArena := s.mem.own[unsafe.Pointer(unsafe.SliceData(sh.tab.slots))] == slots
-	_, linesInArena := s.mem.held[uintptr(unsafe.Pointer(unsafe.SliceData(sh.tab.lines.lines)))&^(hugePage-1)]
-	if lines >= hugePage {
-		linesInArena = s.mem.own[unsafe.Pointer(unsafe.SliceData(sh.tab.lines.lines))] == lines
-	}
+	widesInArena := s.mem.own[unsafe.Pointer(unsafe.SliceData(sh.tab.wide.e))] == wides
 	sh.mu.Unlock()
 	if slots < hugePage || !inArena {
 		t.Fatalf("slots: %d bytes, in the arena: %v; want at least %d, in it", slots, inArena, hugePage)
 	}
-	if !linesInArena {
-		t.Fatalf("lines (%d bytes) not in the arena", lines)
+	if wides < hugePage || !widesInArena {
+		t.Fatalf("wide buckets: %d bytes, in the arena: %v; want at least %d, in it", wides, widesInArena, hugePage)
 	}
-	if got, want := s.Mapped(), int64(slots+lines); got != want {
+	if got, want := s.Mapped(), int64(slots+wides); got != want {
 		t.Fatalf("Mapped %d, want the tables' %d bytes", got, want)
 	}
 	mfs, err := reg.Gather()
@@ -221,8 +221,8 @@ func TestStoreTablesInArena(t *testing.T) {
 			gauge = mf.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
-	if gauge != float64(slots+lines) {
-		t.Fatalf("sluice_memory_mapped_bytes %v, want the tables' %d bytes", gauge, slots+lines)
+	if gauge != float64(slots+wides) {
+		t.Fatalf("sluice_memory_mapped_bytes %v, want the tables' %d bytes", gauge, slots+wides)
 	}
 	// Once every bucket is full again, sweeps remove them and shrink the
 	// tables, back to Go's heap, a block of the arena at each halving.

@@ -32,14 +32,14 @@ func TestTableRefusesAKeyPastMaxKeyLen(t *testing.T) {
 	tab := newTable(nil)
 	held := []string{"a", strings.Repeat("b", inlineKey+1), strings.Repeat("c", 300)}
 	for i, k := range held {
-		tab.slots[tab.insert(fnv(k, false, 0), k, false)].exp = int64(i + 1)
+		tab.at(tab.insert(fnv(k, false, 0), k, false)).exp = int64(i + 1)
 	}
 	for _, window := range []bool{false, true} {
 		if i := tab.insert(bigHash, over, window); i != -1 {
 			t.Fatalf("window %v: a key of %d bytes inserted at %d, want -1", window, len(over), i)
 		}
-		if tab.n != len(held) {
-			t.Fatalf("window %v: %d buckets after the refusal, want %d", window, tab.n, len(held))
+		if tab.count() != len(held) {
+			t.Fatalf("window %v: %d buckets after the refusal, want %d", window, tab.count(), len(held))
 		}
 		if _, ok := tab.find(bigHash, over); ok {
 			t.Fatalf("window %v: the refused key is found", window)
@@ -47,8 +47,11 @@ func TestTableRefusesAKeyPastMaxKeyLen(t *testing.T) {
 	}
 	for i, k := range held {
 		j, ok := tab.find(fnv(k, false, 0), k)
-		if !ok || tab.slots[j].exp != int64(i+1) {
-			t.Fatalf("%d-byte key: found %v, state %d; want found, %d", len(k), ok, tab.slots[j].exp, i+1)
+		if !ok {
+			t.Fatalf("%d-byte key: not found", len(k))
+		}
+		if got := tab.at(j).exp; got != int64(i+1) {
+			t.Fatalf("%d-byte key: state %d, want %d", len(k), got, i+1)
 		}
 	}
 }

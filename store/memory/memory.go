@@ -4,19 +4,19 @@
 // process. A bucket's key (up to 40 bytes for a GCRA bucket, 24 for a
 // fixed window) and state share one 64-byte slot of its shard's table, so
 // that a decision reads and changes its bucket in one memory access
-// (table.go). A GCRA bucket's longer key, of up to 80 bytes, keeps its
-// first 24 in the slot and the rest in a 64-byte line of a second table
-// whose place follows from the key's hash, as the slot's does: the two
-// are loaded at once (lines.go). A longer one still, and a fixed window's
-// longer than 24 bytes, is kept in its shard's buffer of long keys, an
-// access more, after the slot's (longkeys.go).
+// (table.go). A longer key, of up to 88 bytes, of either kind, makes its
+// bucket a wide one: a slot and a second line beside it, in a table of
+// 128-byte entries of its own, the two lines loaded at once (wide.go). A
+// longer one still, and a fixed window's of 25 to 40 bytes, is kept in
+// its shard's buffer of long keys, an access more, after the slot's
+// (longkeys.go).
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
 // ended) are treated as missing and removed as the store comes across them.
 //
 // The store is bounded twice, per shard: in entries (Options.MaxEntries)
 // and in bytes (Options.MaxBytes, each bucket counted as the length of its
-// key plus EntryOverhead, and LineOverhead more with a line). A new
+// key plus EntryOverhead, and LineOverhead more for a wide bucket). A new
 // bucket that does not fit makes room only by removing buckets that hold
 // no state worth keeping: expired ones,
 // which are also the full ones (nothing spent, the same as missing), found
@@ -66,14 +66,14 @@ type Options struct {
 	MaxEntries int
 	// MaxBytes bounds the bytes the buckets take, spread evenly over the
 	// shards: each bucket counts len(key) + EntryOverhead, and
-	// LineOverhead more when part of its key is kept in a line (a GCRA
-	// bucket's key of 41 to 80 bytes). Default
+	// LineOverhead more for a wide bucket (a key of 41 to 88 bytes).
+	// Default
 	// 268,435,456 (256 MiB); minimum EntryOverhead+64 per shard. The heap
 	// the store holds stays within about MaxBytes: filled to a 32 MiB
 	// budget with 16- to 1000-byte keys it held 16 to 34 MiB of heap
 	// (TestHeapStaysWithinMaxBytes; the buffer of a shard's keys longer
-	// than their slots and lines keep has up to an eighth more room than
-	// they need).
+	// than their slots and wide buckets keep has up to an eighth more
+	// room than they need).
 	MaxBytes int64
 	// Registerer, when not nil, receives the store's metrics:
 	// sluice_memory_entries, sluice_memory_bytes,
@@ -88,7 +88,7 @@ type Options struct {
 // 64-byte slot in the shard's table, which grows by doubling when three
 // quarters full and so is between three eighths and three quarters full
 // (85 to 171 bytes a bucket, the key included up to 40 bytes for a GCRA
-// bucket, 24 for a fixed window); a longer key adds a line (see
+// bucket, 24 for a fixed window); a longer key adds a second line (see
 // LineOverhead) or its copy, rounded up to 8 bytes, and an 8-byte header
 // (longkeys.go). Measured on amd64 with Go 1.26 at 96 to 125 bytes per
 // bucket besides a 16-byte key
@@ -96,11 +96,12 @@ type Options struct {
 // MaxBytes but for the moment after a table doubles.
 const EntryOverhead = 160
 
-// LineOverhead is the bytes counted, besides EntryOverhead, for a GCRA
-// bucket whose key is 41 to 80 bytes long: the 64-byte line that keeps
-// the key's bytes past its first 24, in a table of its shard's lines
-// that, as the slots', is between three eighths and three quarters full
-// but for the moments after it doubles (85 to 171 bytes a line).
+// LineOverhead is the bytes counted, besides EntryOverhead, for a wide
+// bucket, whose key is 41 to 88 bytes long: the second 64-byte line of
+// its 128-byte entry, which keeps the key's bytes past its first 40, in
+// a table that, as the slots', is between three eighths and three
+// quarters full but for the moments after it doubles (85 to 171 bytes a
+// line).
 const LineOverhead = 128
 
 const (
@@ -143,11 +144,11 @@ type shard struct {
 	// slots move, loaded without it: a stale pair only makes a useless
 	// prefetch.
 	slotsAt atomic.Uintptr
-	// linesAt and linesShift are slotsAt and slotsShift for tab's lines,
-	// or for noLines while there are none.
-	linesAt    atomic.Uintptr
+	// wideAt and wideShift are slotsAt and slotsShift for tab's wide
+	// buckets, or for noWide while there are none.
+	wideAt     atomic.Uintptr
 	slotsShift atomic.Uint32
-	linesShift atomic.Uint32
+	wideShift  atomic.Uint32
 	// tab holds the buckets, each with its key and state in one slot: a
 	// decision reads and changes its bucket in one memory access.
 	tab      table
@@ -167,29 +168,30 @@ type shard struct {
 // was no longer inlined (68bad68).
 const shardPad = 24 + 28*(8-unsafe.Sizeof(uintptr(0)))/4
 
-// publish stores where tab's slots and lines are, for prefetchSlot and
-// prefetchLine. requires sh.mu held, or no other user yet.
+// publish stores where tab's slots and wide buckets are, for
+// prefetchSlot and prefetchWide. requires sh.mu held, or no other user
+// yet.
 func (sh *shard) publish() {
 	sh.slotsAt.Store(uintptr(unsafe.Pointer(unsafe.SliceData(sh.tab.slots))))
 	sh.slotsShift.Store(uint32(sh.tab.shift))
-	if l := &sh.tab.lines; len(l.lines) > 0 {
-		sh.linesAt.Store(uintptr(unsafe.Pointer(unsafe.SliceData(l.lines))))
-		sh.linesShift.Store(uint32(l.shift))
+	if w := &sh.tab.wide; len(w.e) > 0 {
+		sh.wideAt.Store(uintptr(unsafe.Pointer(unsafe.SliceData(w.e))))
+		sh.wideShift.Store(uint32(w.shift))
 	} else {
-		sh.linesAt.Store(uintptr(unsafe.Pointer(&noLines[0])))
-		sh.linesShift.Store(63)
+		sh.wideAt.Store(uintptr(unsafe.Pointer(&noWide[0])))
+		sh.wideShift.Store(63)
 	}
-	sh.tab.moved, sh.tab.lines.moved = false, false
+	sh.tab.moved, sh.tab.wide.moved = false, false
 }
 
-// noLines is where prefetchLine looks in a shard with no lines: a line
-// that is always there, so that it needs no test first.
-var noLines [2]line
+// noWide is where prefetchWide looks in a shard with no wide buckets:
+// entries that are always there, so that it needs no test first.
+var noWide [2]wide
 
-// publishMoved publishes tab's slots and lines if either moved since
-// they were last published. requires sh.mu held.
+// publishMoved publishes tab's slots and wide buckets if either moved
+// since they were last published. requires sh.mu held.
 func (sh *shard) publishMoved() {
-	if sh.tab.moved || sh.tab.lines.moved {
+	if sh.tab.moved || sh.tab.wide.moved {
 		sh.publish()
 	}
 }
@@ -211,33 +213,21 @@ func (sh *shard) prefetchSlot(h uint64) {
 //go:noinline
 func (sh *shard) prefetchSlotCalled(h uint64) { sh.prefetchSlot(h) }
 
-// prefetchLine starts loading the home line of the bucket whose hash is h,
-// as prefetchSlot does its slot: for a key longer than its slot keeps.
-func (sh *shard) prefetchLine(h uint64) {
-	prefetch(sh.linesAt.Load() + uintptr(h>>sh.linesShift.Load())*unsafe.Sizeof(line{}))
+// prefetchWide starts loading both lines of the home entry of the wide
+// bucket whose hash is h, as prefetchSlot does a slot.
+func (sh *shard) prefetchWide(h uint64) {
+	at := sh.wideAt.Load() + uintptr(h>>sh.wideShift.Load())*unsafe.Sizeof(wide{})
+	prefetch(at)
+	prefetch(at + unsafe.Offsetof(wide{}.rest))
 }
 
-// cost is the bytes a new bucket under key, of the kind given, counts
-// towards MaxBytes: as if a key of a length kept in a line were, though
-// one whose hash another key's line has taken is kept in table.long and
-// counts less (see costAt).
-func cost(key string, window bool) int64 {
-	return costOf(len(key), lined(len(key), window))
-}
-
-// costOf is the bytes a bucket under a key of n bytes counts, with a line
-// when line.
-func costOf(n int, line bool) int64 {
-	if line {
+// cost is the bytes a bucket under a key of n bytes counts towards
+// MaxBytes.
+func cost(n int) int64 {
+	if isWide(n) {
 		return int64(n) + EntryOverhead + LineOverhead
 	}
 	return int64(n) + EntryOverhead
-}
-
-// costAt is the bytes the bucket in slot i counts.
-func (t *table) costAt(i int) int64 {
-	s := &t.slots[i]
-	return costOf(s.keyLen(), s.hasLine())
 }
 
 // New returns an empty Store.
@@ -301,7 +291,7 @@ func (s *Store) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(s.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_memory_bytes",
-			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead, and a second for a key kept in part in a line.",
+			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead, and a second for a wide bucket (a key of 41 to 88 bytes).",
 		}, func() float64 { return float64(s.Bytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_memory_mapped_bytes",
@@ -353,7 +343,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.tab.n
+		n += sh.tab.count()
 		sh.mu.Unlock()
 	}
 	return n
@@ -454,9 +444,10 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		// (Each decision's two prefetches and the test between them are
 		// written out where they are made: a helper doing all three is
 		// too large to be inlined.)
-		sh.prefetchSlot(h)
-		if lined(len(ops[0].Key), ops[0].Algorithm == store.FixedWindow) {
-			sh.prefetchLine(h)
+		if isWide(len(ops[0].Key)) {
+			sh.prefetchWide(h)
+		} else {
+			sh.prefetchSlot(h)
 		}
 		if err := b.Check(out); err != nil {
 			return err
@@ -484,9 +475,10 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Result, error) {
 	h, i := s.hash(op.Key)
 	sh := &s.shards[i]
-	sh.prefetchSlot(h)
-	if lined(len(op.Key), op.Algorithm == store.FixedWindow) {
-		sh.prefetchLine(h)
+	if isWide(len(op.Key)) {
+		sh.prefetchWide(h)
+	} else {
+		sh.prefetchSlot(h)
 	}
 	if err := op.Validate(); err != nil {
 		return store.Result{}, err
@@ -504,13 +496,13 @@ func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Re
 func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
 	h, i := s.hash(key)
 	sh := &s.shards[i]
-	sh.prefetchSlotCalled(h)
-	if lined(len(key), false) {
-		sh.prefetchLine(h)
+	if isWide(len(key)) {
+		return s.spendWide(sh, h, clk, key, p, cost, check)
 	}
+	sh.prefetchSlotCalled(h)
 	nowNs := clock.UnixNano(clk)
 	sh.mu.Lock()
-	slot, ok := sh.tab.find(h, key)
+	slot, ok := sh.tab.findSlot(h, key)
 	slot, tat := sh.tab.gcraTAT(slot, ok, nowNs)
 	granted, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
 	put := granted && !check && cost != 0
@@ -519,6 +511,33 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	}
 	if put && slot >= 0 {
 		sh.tab.setTAT(slot, next)
+	}
+	sh.mu.Unlock()
+	return granted, rem, time.Duration(retry), time.Duration(reset)
+}
+
+// spendWide is SpendGCRA for a key whose bucket is wide (isWide), in its
+// shard sh, h being the key's hash.
+func (s *Store) spendWide(sh *shard, h uint64, clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
+	sh.prefetchWide(h)
+	nowNs := clock.UnixNano(clk)
+	sh.mu.Lock()
+	i, ok := sh.tab.wide.find(h, key)
+	tat := nowNs
+	if e := &sh.tab.wide; ok && !e.e[i].isWindow() && e.e[i].exp > nowNs {
+		tat = e.e[i].exp
+	}
+	granted, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
+	if put := granted && !check && cost != 0; put {
+		r := i | wideRef
+		if !ok {
+			r = sh.put(h, key, false, nowNs)
+		}
+		if r >= 0 {
+			e := sh.tab.at(r)
+			e.exp = next
+			e.klen &^= windowBit // as setKind(r, false)
+		}
 	}
 	sh.mu.Unlock()
 	return granted, rem, time.Duration(retry), time.Duration(reset)
@@ -595,11 +614,12 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		h, shard := s.hash(ops[i].Key)
 		hashes = append(hashes, h)
 		idx = append(idx, shard)
-		// Ask for every bucket's slot (and line) before waiting on any:
+		// Ask for every bucket's slot (or entry) before waiting on any:
 		// their loads from memory overlap.
-		s.shards[shard].prefetchSlot(h)
-		if lined(len(ops[i].Key), ops[i].Algorithm == store.FixedWindow) {
-			s.shards[shard].prefetchLine(h)
+		if isWide(len(ops[i].Key)) {
+			s.shards[shard].prefetchWide(h)
+		} else {
+			s.shards[shard].prefetchSlot(h)
 		}
 	}
 	// Lock each distinct shard once, in ascending order.
@@ -644,7 +664,7 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 }
 
 // do carries out w for op's bucket, whose hash is h, next being the state
-// to put; slot is the bucket's slot in the table, or -1 when the shard
+// to put; slot is the bucket's ref in the table, or -1 when the shard
 // holds none. requires sh.mu held.
 func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slot int, nowNs int64) {
 	switch w {
@@ -654,22 +674,22 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 			if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
 				return
 			}
-		} else if sh.tab.slots[slot].isWindow() != window && !sh.tab.setKind(slot, window) {
+		} else if sh.tab.at(slot).isWindow() != window && !sh.tab.setKind(slot, window) {
 			// The bucket turns into the other kind, whose key no longer
 			// fits its slot, and table.long has no room for it: its state
 			// is not kept, as for a new bucket that finds no room. (A
 			// bucket's cost does not change with its kind: setKind moves
-			// no key into a line.)
+			// no key into or out of a wide bucket.)
 			sh.drop(slot)
 			sh.refused++
 			return
 		}
 		// The bucket may be dropped once it is full again: past its TAT,
 		// or at the end of its window.
-		e := &sh.tab.slots[slot]
+		e := sh.tab.at(slot)
 		if window {
 			e.exp = (next.Start + int64(op.Window.Length/time.Second)) * int64(time.Second)
-			e.setWindow(next.Start, next.Count)
+			sh.tab.setWindow(slot, next.Start, next.Count)
 		} else {
 			e.exp = next.TAT
 		}
@@ -682,7 +702,7 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 
 // get returns the state of op's bucket, whose hash is h: missing when the
 // shard holds none, an expired one (full again) or one of the other
-// algorithm; and the bucket's slot in the table, live or not, or -1 when
+// algorithm; and the bucket's ref in the table, live or not, or -1 when
 // there is none (an expired bucket is left for do to overwrite, or for a
 // sweep). requires sh.mu held.
 func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot int) {
@@ -690,13 +710,13 @@ func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot 
 	if !ok {
 		return store.State{}, -1
 	}
-	e := &sh.tab.slots[i]
+	e := sh.tab.at(i)
 	window := e.isWindow()
 	switch {
 	case e.exp <= nowNs || window != (op.Algorithm == store.FixedWindow):
 		return store.State{}, i
 	case window:
-		start, count := e.window()
+		start, count := sh.tab.window(i)
 		return store.State{Exists: true, Start: start, Count: count}, i
 	}
 	return store.State{Exists: true, TAT: e.exp}, i
@@ -704,7 +724,7 @@ func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot 
 
 // put adds a bucket under key, with hash h, which the shard does not hold,
 // a FixedWindow bucket when window, else a GCRA one, and returns its
-// slot. It makes room first when the shard is full, by removing expired
+// ref. It makes room first when the shard is full, by removing expired
 // buckets only; when that is not enough the new key is not stored,
 // counted as refused, and put returns -1. requires sh.mu held.
 func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
@@ -713,7 +733,7 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
 	}
-	c := cost(key, window)
+	c := cost(len(key))
 	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {
 		sh.refused++
 		return -1
@@ -724,21 +744,20 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 		sh.refused++
 		return -1
 	}
-	sh.bytes += sh.tab.costAt(i)
+	sh.bytes += c
 	return i
 }
 
-// drop deletes the bucket in slot. requires sh.mu held.
-func (sh *shard) drop(slot int) {
-	sh.bytes -= sh.tab.costAt(slot)
-	sh.tab.remove(slot)
-	sh.publishMoved() // its line's table may have shrunk
+// drop deletes the bucket at ref r. requires sh.mu held.
+func (sh *shard) drop(r int) {
+	sh.bytes -= cost(sh.tab.at(r).keyLen())
+	sh.tab.remove(r)
 }
 
 // fits reports whether a new bucket costing c bytes fits. requires sh.mu
 // held.
 func (sh *shard) fits(c int64) bool {
-	return sh.tab.n < sh.max && sh.bytes+c <= sh.maxBytes
+	return sh.tab.count() < sh.max && sh.bytes+c <= sh.maxBytes
 }
 
 // sweep examines up to budget buckets, from where the last sweep stopped,
@@ -760,16 +779,37 @@ func (sh *shard) makeRoom(nowNs int64, c int64) bool {
 // bucket of its budget, so that a sparse table is not walked end to end.
 const slotsPerBucket = 4
 
-// scan examines up to budget buckets (and at most slotsPerBucket times as many
-// slots), from the table's cursor on, removing the expired ones, until
-// done reports true after a removal; then it shrinks the table if it has
+// scan examines up to budget buckets (and at most slotsPerBucket times
+// as many entries) of the table's slots, from its cursor on, then as many
+// of its wide buckets, from theirs, removing the expired ones, until done
+// reports true after a removal; then it shrinks either table if it has
 // become sparse. requires sh.mu held.
 func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
 	t := &sh.tab
-	m := t.mask()
-	i := t.cursor & m
+	if !scanEntries(sh, t.slots, &t.cursor, 0, nowNs, budget, done) && t.wide.n > 0 {
+		scanEntries(sh, t.wide.e, &t.wide.cursor, wideRef, nowNs, budget, done)
+	}
+	shrunk := t.n*8 < len(t.slots) && t.shrink()
+	if t.wide.n*8 < len(t.wide.e) && t.wide.shrink(t.mem) {
+		shrunk = true
+	}
+	if shrunk {
+		sh.publish()
+	}
+}
+
+// scanEntries is scan over one of sh's tables, a, its slots (ref 0) or
+// its wide buckets (wideRef), from *cursor on, leaving *cursor where it
+// stopped, and reports whether done did.
+func scanEntries[E any, P interface {
+	hashed[E]
+	base() *slot
+}](sh *shard, a []E, cursor *int, ref int, nowNs int64, budget int, done func() bool) bool {
+	m := len(a) - 1
+	i := *cursor & m
+	stopped := false
 	for slots := slotsPerBucket * budget; budget > 0 && slots > 0; slots-- {
-		e := &t.slots[i]
+		e := P(&a[i]).base()
 		if e.hash == 0 {
 			i = (i + 1) & m
 			continue
@@ -780,16 +820,15 @@ func (sh *shard) scan(nowNs int64, budget int, done func() bool) {
 			continue
 		}
 		// Removing may move the next bucket into i: look at i again.
-		sh.drop(i)
+		sh.drop(i | ref)
 		sh.expired++
 		if done() {
+			stopped = true
 			break
 		}
 	}
-	t.cursor = i
-	if t.n*8 < len(t.slots) && t.shrink() {
-		sh.publish()
-	}
+	*cursor = i
+	return stopped
 }
 
 // sortInts sorts a in place: insertion sort for the usual short batch,

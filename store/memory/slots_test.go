@@ -13,12 +13,11 @@ import (
 	"github.com/sluice-rl/sluice/store"
 )
 
-// TestPrefetchFindsTheHomeSlot checks that the addresses a decision
-// prefetches, from what the shard publishes, are its bucket's home slot
-// and, for a key kept in a slot and a line, its home line, as the tables
-// grow, as buckets are removed (the lines shrinking) and after Close
-// empties them: a stale one would only cost speed, which no other test
-// sees.
+// TestPrefetchFindsTheHomeSlot checks that the address a decision
+// prefetches, from what the shard publishes, is its bucket's home slot
+// or, for a wide bucket, its home entry, as the tables grow, as buckets
+// are removed and swept (the tables shrinking) and after Close empties
+// them: a stale one would only cost speed, which no other test sees.
 func TestPrefetchFindsTheHomeSlot(t *testing.T) {
 	s := New(Options{Shards: 1})
 	sh := &s.shards[0]
@@ -33,11 +32,12 @@ func TestPrefetchFindsTheHomeSlot(t *testing.T) {
 		t.Helper()
 		for i := from; i < to; i++ {
 			h, _ := s.hash(key(i))
-			if got, want := prefetched(sh, h); got != want {
+			if isWide(len(key(i))) {
+				if got, want := prefetchedWide(sh, h); got != want {
+					t.Fatalf("%s, key %d: prefetched entry %#x, home entry at %#x", when, i, got, want)
+				}
+			} else if got, want := prefetched(sh, h); got != want {
 				t.Fatalf("%s, key %d: prefetched %#x, home slot at %#x", when, i, got, want)
-			}
-			if got, want := prefetchedLine(sh, h); got != want {
-				t.Fatalf("%s, key %d: prefetched line %#x, home line at %#x", when, i, got, want)
 			}
 		}
 	}
@@ -53,19 +53,23 @@ func TestPrefetchFindsTheHomeSlot(t *testing.T) {
 	for i := range 1000 {
 		do(store.Spend, i)
 		if i&(i+1) == 0 || i == 999 {
-			check(fmt.Sprintf("after %d buckets, %d slots, %d lines", i+1, len(sh.tab.slots), len(sh.tab.lines.lines)), 0, i+1)
+			check(fmt.Sprintf("after %d buckets, %d slots, %d wide", i+1, len(sh.tab.slots), len(sh.tab.wide.e)), 0, i+1)
 		}
 	}
 	for i := range 990 {
 		do(store.Reset, i)
-		if i%100 == 99 {
-			check(fmt.Sprintf("after %d removed, %d slots, %d lines", i+1, len(sh.tab.slots), len(sh.tab.lines.lines)), i+1, 1000)
+		if i%100 == 99 || i == 989 {
+			// A sweep shrinks the tables.
+			sh.mu.Lock()
+			sh.sweep(clock.UnixNano(clk), sweepBudget)
+			sh.mu.Unlock()
+			check(fmt.Sprintf("after %d removed, %d slots, %d wide", i+1, len(sh.tab.slots), len(sh.tab.wide.e)), i+1, 1000)
 		}
 	}
-	if size := len(sh.tab.lines.lines); size > 64 {
-		t.Fatalf("%d lines for %d buckets: want them shrunk", size, sh.tab.n)
+	if size := len(sh.tab.wide.e); size > minShrunk {
+		t.Fatalf("%d wide entries for %d buckets: want them shrunk", size, sh.tab.wide.n)
 	}
-	checkLines(t, &sh.tab)
+	checkWide(t, &sh.tab)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +83,15 @@ func prefetched(sh *shard, h uint64) (got, want uintptr) {
 	return got, uintptr(unsafe.Pointer(&sh.tab.slots[sh.tab.home(h)]))
 }
 
-// prefetchedLine returns the address prefetchLine(h) asks for in sh, and
-// that of the bucket's home line, or of a line of noLines when the shard
-// has none.
-func prefetchedLine(sh *shard, h uint64) (got, want uintptr) {
-	got = sh.linesAt.Load() + uintptr(h>>sh.linesShift.Load())*unsafe.Sizeof(line{})
-	if l := &sh.tab.lines; len(l.lines) > 0 {
-		return got, uintptr(unsafe.Pointer(&l.lines[l.home(h)]))
+// prefetchedWide returns the address prefetchWide(h) asks for first in
+// sh, and that of the wide bucket's home entry, or of an entry of noWide
+// when the shard has none.
+func prefetchedWide(sh *shard, h uint64) (got, want uintptr) {
+	got = sh.wideAt.Load() + uintptr(h>>sh.wideShift.Load())*unsafe.Sizeof(wide{})
+	if w := &sh.tab.wide; len(w.e) > 0 {
+		return got, uintptr(unsafe.Pointer(&w.e[w.home(h)]))
 	}
-	return got, uintptr(unsafe.Pointer(&noLines[h>>63]))
+	return got, uintptr(unsafe.Pointer(&noWide[h>>63]))
 }
 
 // TestExpiredBucketsGiveTheirMemoryBack makes 5,000 buckets, lets them
@@ -170,15 +174,14 @@ func TestChurnSettlesTheTable(t *testing.T) {
 // windows, and back, twice each time: each change of kind starts the
 // bucket afresh (the other kind's state is no state of its own), the
 // second spend of each pair sees the first, and the shard ends holding
-// each key once, its lines and long keys' records exactly those of its
-// buckets, each bucket counting its line's bytes if it has one. The keys'
-// lengths are kept in the slot by either kind (10), by a GCRA bucket only
-// (30, 40: the key moves to the long keys when its bucket first becomes
-// a fixed window, and stays there), in a slot and a line, as a GCRA
-// bucket's first, then as either's (41, 60, 80), and in the long keys
-// (81, 100).
+// each key once, its wide buckets and long keys' records exactly those
+// of its buckets, each wide bucket counting its second line's bytes. The
+// keys' lengths are kept in the slot by either kind (10), by a GCRA
+// bucket only (30, 40: the key moves to the long keys when its bucket
+// first becomes a fixed window, and stays there), in a wide bucket, of
+// either kind (41, 60, 88), and in the long keys (89, 100).
 func TestABucketChangesKind(t *testing.T) {
-	for _, n := range []int{10, 30, 40, 41, 60, 80, 81, 100} {
+	for _, n := range []int{10, 30, 40, 41, 60, 88, 89, 100} {
 		s := New(Options{Shards: 1})
 		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 		ctx := context.Background()
@@ -207,17 +210,19 @@ func TestABucketChangesKind(t *testing.T) {
 			}
 		}
 		sh := &s.shards[0]
-		line := n > inlineKey && n <= maxLineKey
-		if want := int64(len(keys)) * costOf(n, line); sh.tab.n != len(keys) || sh.bytes != want {
-			t.Fatalf("%d-byte keys: %d buckets of %d bytes, want %d of %d", n, sh.tab.n, sh.bytes, len(keys), want)
+		wide := n > inlineKey && n <= maxWideKey
+		over := int64(EntryOverhead)
+		if wide {
+			over += LineOverhead
 		}
-		for i := range sh.tab.slots {
-			if e := &sh.tab.slots[i]; e.hash != 0 && e.hasLine() != line {
-				t.Fatalf("%d-byte key %q: line %v, want %v", n, sh.tab.keyOf(e), e.hasLine(), line)
-			}
+		if want := int64(len(keys)) * (int64(n) + over); sh.tab.count() != len(keys) || sh.bytes != want {
+			t.Fatalf("%d-byte keys: %d buckets of %d bytes, want %d of %d", n, sh.tab.count(), sh.bytes, len(keys), want)
+		}
+		if held := sh.tab.wide.n; wide && held != len(keys) || !wide && held != 0 {
+			t.Fatalf("%d-byte keys: %d wide buckets of %d, want wide %v", n, held, len(keys), wide)
 		}
 		checkLong(t, &sh.tab)
-		checkLines(t, &sh.tab)
+		checkWide(t, &sh.tab)
 	}
 }
 
@@ -237,9 +242,9 @@ func TestShardLayout(t *testing.T) {
 	hot := map[string]uintptr{
 		"mu":         unsafe.Offsetof(sh.mu) + unsafe.Sizeof(sh.mu),
 		"slotsAt":    unsafe.Offsetof(sh.slotsAt) + unsafe.Sizeof(sh.slotsAt),
-		"linesAt":    unsafe.Offsetof(sh.linesAt) + unsafe.Sizeof(sh.linesAt),
+		"wideAt":     unsafe.Offsetof(sh.wideAt) + unsafe.Sizeof(sh.wideAt),
 		"slotsShift": unsafe.Offsetof(sh.slotsShift) + unsafe.Sizeof(sh.slotsShift),
-		"linesShift": unsafe.Offsetof(sh.linesShift) + unsafe.Sizeof(sh.linesShift),
+		"wideShift":  unsafe.Offsetof(sh.wideShift) + unsafe.Sizeof(sh.wideShift),
 		"tab.slots":  unsafe.Offsetof(sh.tab) + unsafe.Offsetof(sh.tab.slots) + unsafe.Sizeof(sh.tab.slots),
 		"tab.shift":  unsafe.Offsetof(sh.tab) + unsafe.Offsetof(sh.tab.shift) + unsafe.Sizeof(sh.tab.shift),
 	}

@@ -11,15 +11,12 @@ import (
 // inlineKey is the longest key a GCRA bucket keeps in its slot, and
 // inlineWindowKey a FixedWindow bucket's, whose window takes the slot's
 // last 16 bytes. They are what a 64-byte slot has room for besides the
-// hash, the expiry and the length. A GCRA bucket's longer key of up to
-// maxLineKey bytes keeps its first inlineWindowKey bytes in the slot and
-// the rest in a line found from its hash (lines.go); a longer one still,
-// one whose hash another's line has taken, and a FixedWindow bucket's, is
-// kept in table.long and costs a second memory access, after the slot's,
-// to compare (longkeys.go). (Lines cost memory, LineOverhead, for speed:
-// that of the library's GCRA decisions. A FixedWindow bucket, the Envoy
-// service's, is answered over the network, whose cost would hide the
-// gain.)
+// hash, the expiry and the length. A longer key of up to maxWideKey bytes,
+// of either kind, makes its bucket a wide one, a slot and a second line
+// beside it, in a table of its own (wide.go); a longer one still, and a
+// FixedWindow bucket's of inlineWindowKey+1 to inlineKey bytes, is kept
+// in table.long and costs a second memory access, after the slot's, to
+// compare (longkeys.go).
 const (
 	inlineKey       = 40
 	inlineWindowKey = 24
@@ -29,15 +26,13 @@ const (
 // kind.
 const _ = uint(inlineWindowKey - keybuf.Max)
 
-// windowBit marks, in slot.klen, a FixedWindow bucket, longBit a key
-// kept in table.long and lineBit one whose rest is kept in table.lines.
-// The key's length takes the bits below them.
+// windowBit marks, in slot.klen, a FixedWindow bucket, and longBit a key
+// kept in table.long. The key's length takes the bits below them.
 const (
 	windowBit = 1 << 31
 	longBit   = 1 << 30
-	lineBit   = 1 << 29
 	// maxKeyLen bounds a key's length: a longer one is refused.
-	maxKeyLen = lineBit - 1
+	maxKeyLen = longBit - 1
 )
 
 // slot is one bucket in a shard's table: the hash of its key, its state
@@ -51,13 +46,12 @@ const (
 // window), after its first inlineWindowKey. A key is kept where its
 // bucket's kind, when inserted, keeps it; a bucket made a FixedWindow one
 // moves a key too long for that kind's slot to table.long, and one made a
-// GCRA bucket leaves its key where it is (setKind). A key with a line
-// keeps its first inlineWindowKey bytes in key, whatever its bucket's
-// kind, so that it stays where it is too.
+// GCRA bucket leaves its key where it is (setKind). A wide bucket's slot
+// is the first half of its entry (wide).
 type slot struct {
 	hash uint64 // the key's hash with its low bit set; 0 marks an empty slot
 	exp  int64  // the Unix nanosecond at which the bucket is full again; GCRA: its TAT
-	klen uint32 // the key's length, with windowBit, longBit and lineBit
+	klen uint32 // the key's length, with windowBit and longBit
 	kref uint32 // for a key longer than the slot keeps: its record's offset in table.long, in words
 	key  [inlineKey]byte
 }
@@ -80,9 +74,6 @@ func inlineLen(window bool) int {
 // isLong reports whether s's key is kept in table.long.
 func (s *slot) isLong() bool { return s.klen&longBit != 0 }
 
-// hasLine reports whether the rest of s's key is kept in table.lines.
-func (s *slot) hasLine() bool { return s.klen&lineBit != 0 }
-
 // window returns a FixedWindow bucket's first Unix second and count.
 func (s *slot) window() (start, count int64) {
 	return int64(binary.LittleEndian.Uint64(s.key[inlineWindowKey:])), int64(binary.LittleEndian.Uint64(s.key[inlineWindowKey+8:]))
@@ -94,6 +85,9 @@ func (s *slot) setWindow(start, count int64) {
 	binary.LittleEndian.PutUint64(s.key[inlineWindowKey+8:], uint64(count))
 }
 
+// base returns s: the slot of an entry of either table (see scanEntries).
+func (s *slot) base() *slot { return s }
+
 // table is an open-addressing hash table with linear probing, grown by
 // doubling when three quarters full and shrunk by halving, when swept,
 // while less than an eighth full. A bucket's home slot is given by the
@@ -102,8 +96,8 @@ func (s *slot) setWindow(start, count int64) {
 type table struct {
 	slots  []slot
 	shift  uint // 64 - log2(len(slots))
-	n      int  // buckets held
-	lines  lines
+	n      int  // buckets held in slots
+	wide   wides
 	long   longKeys
 	cursor int  // where the next sweep starts
 	moved  bool // slots moved since the shard last published them
@@ -112,19 +106,69 @@ type table struct {
 
 const minSlots = 8
 
-// newTable returns an empty table whose slots and lines mem holds when
-// they are large enough (see arena); nil keeps them all in Go's heap.
+// newTable returns an empty table whose slots and wide buckets mem holds
+// when they are large enough (see arena); nil keeps them all in Go's
+// heap.
 func newTable(mem *arena) table {
-	return table{slots: make([]slot, minSlots), shift: 64 - 3, moved: true, lines: lines{mem: mem}, mem: mem}
+	return table{slots: make([]slot, minSlots), shift: 64 - 3, moved: true, mem: mem}
 }
+
+// A bucket's ref is where it is held: the index of its slot, or, with
+// wideRef set, of its entry in wide; -1 for none. Its state and its key's
+// length are in the slot at (table.at).
+const wideRef = 1 << (bits.UintSize - 2)
+
+// at returns the slot of the bucket at r.
+func (t *table) at(r int) *slot {
+	if r&wideRef != 0 {
+		return &t.wide.e[r&^wideRef].slot
+	}
+	return &t.slots[r]
+}
+
+// window returns the first Unix second and count of the FixedWindow
+// bucket at ref r.
+func (t *table) window(r int) (start, count int64) {
+	if r&wideRef != 0 {
+		return t.wide.e[r&^wideRef].window()
+	}
+	return t.slots[r].window()
+}
+
+// setWindow stores the first Unix second and count of the FixedWindow
+// bucket at ref r.
+func (t *table) setWindow(r int, start, count int64) {
+	if r&wideRef != 0 {
+		t.wide.e[r&^wideRef].setWindow(start, count)
+		return
+	}
+	t.slots[r].setWindow(start, count)
+}
+
+// count returns the buckets held.
+func (t *table) count() int { return t.n + t.wide.n }
 
 func (t *table) mask() int { return len(t.slots) - 1 }
 
 func (t *table) home(h uint64) int { return int(h >> t.shift) }
 
-// find returns the slot holding key, whose hash is h (low bit set), and
-// true; or the empty slot where it would go, and false.
+// find returns the ref of the bucket holding key, whose hash is h (low
+// bit set), and true; or, for a key whose bucket is not wide, the empty
+// slot where it would go, and false; or -1 and false.
 func (t *table) find(h uint64, key string) (int, bool) {
+	if isWide(len(key)) {
+		i, ok := t.wide.find(h, key)
+		if ok {
+			i |= wideRef
+		}
+		return i, ok
+	}
+	return t.findSlot(h, key)
+}
+
+// findSlot is find for a key whose bucket is not wide: the slot holding
+// key and true, or the empty slot where it would go and false.
+func (t *table) findSlot(h uint64, key string) (int, bool) {
 	m := t.mask()
 	for i := t.home(h); ; i = (i + 1) & m {
 		s := &t.slots[i]
@@ -136,11 +180,11 @@ func (t *table) find(h uint64, key string) (int, bool) {
 		}
 		// A key in its slot is compared here, where a call would cost
 		// more than the comparison.
-		if s.klen&(longBit|lineBit) == 0 {
+		if s.klen&longBit == 0 {
 			if s.keyLen() == len(key) && string(s.key[:len(key)]) == key {
 				return i, true
 			}
-		} else if t.farKeyIs(s, key) {
+		} else if s.keyLen() == len(key) && t.long.is(s.kref, len(key), key) {
 			return i, true
 		}
 	}
@@ -183,20 +227,21 @@ func (t *table) setTAT(slot int, tat int64) {
 	e.klen &^= windowBit // as setKind(slot, false), which leaves the key where it is
 }
 
-// setKind makes the bucket in slot a FixedWindow bucket when window, else
-// a GCRA one, and reports whether it could: false, the bucket left as it
-// was, when it is to be a FixedWindow bucket, its key is too long for
-// that kind's slot and was kept in it, and table.long has no room for
+// setKind makes the bucket at ref r a FixedWindow bucket when window,
+// else a GCRA one, and reports whether it could: false, the bucket left
+// as it was, when it is to be a FixedWindow bucket, its key is too long
+// for that kind's slot and was kept in it, and table.long has no room for
 // it. A GCRA bucket's key stays where it is (table.long keeps a key that
-// a GCRA bucket's slot could hold until the bucket is removed). A
-// FixedWindow bucket's window is left for the caller to set.
-func (t *table) setKind(slot int, window bool) bool {
-	s := &t.slots[slot]
+// a GCRA bucket's slot could hold until the bucket is removed), as does a
+// wide bucket's. A FixedWindow bucket's window is left for the caller to
+// set.
+func (t *table) setKind(r int, window bool) bool {
+	s := t.at(r)
 	if !window {
 		s.klen &^= windowBit
 		return true
 	}
-	if n := s.keyLen(); s.klen&(longBit|lineBit) == 0 && n > inlineWindowKey {
+	if n := s.keyLen(); r&wideRef == 0 && s.klen&longBit == 0 && n > inlineWindowKey {
 		if !t.addLong(s, s.hash, unsafe.String(&s.key[0], n)) {
 			return false
 		}
@@ -206,46 +251,18 @@ func (t *table) setKind(slot int, window bool) bool {
 	return true
 }
 
-// keepFar keeps key, with hash h, longer than s's slot keeps, outside
-// it, for s: when line (see lined) and no line has h already, its first
-// inlineWindowKey bytes in s.key and the rest in a line, with lineBit
-// set; else in table.long, with longBit set. It reports whether it
-// could: false when table.long has no room.
-func (t *table) keepFar(s *slot, h uint64, key string, line bool) bool {
-	if line && t.lines.add(h, key[inlineWindowKey:]) {
-		copy(s.key[:inlineWindowKey], key)
-		s.klen |= lineBit
-		return true
-	}
-	if !t.addLong(s, h, key) {
-		return false
-	}
-	s.klen |= longBit
-	return true
-}
-
-// farKeyIs reports whether s, whose key is kept in part or whole outside
-// it, holds key.
-func (t *table) farKeyIs(s *slot, key string) bool {
-	n := s.keyLen()
-	if n != len(key) {
-		return false
-	}
-	if s.hasLine() {
-		return string(s.key[:inlineWindowKey]) == key[:inlineWindowKey] && t.lines.is(s.hash, key[inlineWindowKey:])
-	}
-	return t.long.is(s.kref, n, key)
-}
-
 // insert adds key, with hash h, which the table does not hold, as a
-// FixedWindow bucket when window, else a GCRA one, and returns its slot,
+// FixedWindow bucket when window, else a GCRA one, and returns its ref,
 // or -1 when a key longer than its slot keeps finds no room in table.long
 // (past 32 GiB of such keys), or is longer than maxKeyLen. It may grow
-// the table or its lines, moving every slot or line. The key is copied:
-// the caller's may live in memory it reuses.
+// the table of slots or of wide buckets, moving each of its buckets. The
+// key is copied: the caller's may live in memory it reuses.
 func (t *table) insert(h uint64, key string, window bool) int {
 	if len(key) > maxKeyLen {
 		return -1
+	}
+	if isWide(len(key)) {
+		return t.wide.insert(t.mem, h, key, window) | wideRef
 	}
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
@@ -255,9 +272,11 @@ func (t *table) insert(h uint64, key string, window bool) int {
 	s.klen = uint32(len(key))
 	if len(key) <= inlineLen(window) {
 		copy(s.key[:], key)
-	} else if !t.keepFar(s, h, key, lined(len(key), window)) {
+	} else if !t.addLong(s, h, key) {
 		s.klen = 0
 		return -1
+	} else {
+		s.klen |= longBit
 	}
 	if window {
 		s.klen |= windowBit
@@ -267,13 +286,15 @@ func (t *table) insert(h uint64, key string, window bool) int {
 	return i
 }
 
-// remove deletes the bucket in slot i. Buckets after it in its run may
-// move back, into i among others.
-func (t *table) remove(i int) {
-	switch s := &t.slots[i]; {
-	case s.hasLine():
-		t.lines.remove(s.hash)
-	case s.isLong():
+// remove deletes the bucket at ref r. Buckets after it in its run may
+// move back, into r among others.
+func (t *table) remove(r int) {
+	if r&wideRef != 0 {
+		t.wide.remove(r &^ wideRef)
+		return
+	}
+	i := r
+	if s := &t.slots[i]; s.isLong() {
 		t.removeLong(s)
 	}
 	t.slots[closeHole(t.slots, i, t.shift)] = slot{}
@@ -323,6 +344,6 @@ func (t *table) resize(size int) {
 // clear empties the table, giving its memory back.
 func (t *table) clear() {
 	freeEntries(t.mem, t.slots)
-	freeEntries(t.mem, t.lines.lines)
+	freeEntries(t.mem, t.wide.e)
 	*t = newTable(t.mem)
 }

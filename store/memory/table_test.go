@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/internal/keybuf"
 )
@@ -27,16 +28,16 @@ func fnv(k string, crowd bool, homes uint64) uint64 {
 // Where a bucket's key is kept.
 const (
 	inSlot = "slot"
-	inLine = "slot and line"
+	inWide = "wide bucket"
 	inLong = "long keys"
 )
 
-// placeOf returns where s's key is kept.
-func placeOf(s *slot) string {
+// placeOf returns where the key of the bucket at ref r is kept.
+func placeOf(tab *table, r int) string {
 	switch {
-	case s.hasLine():
-		return inLine
-	case s.isLong():
+	case r&wideRef != 0:
+		return inWide
+	case tab.at(r).isLong():
 		return inLong
 	}
 	return inSlot
@@ -45,12 +46,11 @@ func placeOf(s *slot) string {
 // FuzzTableAgreesWithAMap reads each input byte as an operation on one
 // of 64 keys — the top two bits: make the bucket a GCRA one, make it a
 // FixedWindow one (inserting it if missing), remove it (then shrink), or
-// look it up; a quarter of the keys are longer than any slot holds, a
-// quarter fit a GCRA bucket's slot but not a FixedWindow's, and a quarter
-// are longer than a slot and a line hold — with hashes crowded onto four
-// home slots, and some shared, when the first byte is odd, and checks the
-// table against a map after each one, and slot by slot and line by line
-// at the end.
+// look it up; a quarter of the keys make wide buckets, a quarter fit a
+// GCRA bucket's slot but not a FixedWindow's, and a quarter are longer
+// than a wide bucket holds — with hashes crowded onto four homes, and
+// some shared, when the first byte is odd, and checks the table against
+// a map after each one, and entry by entry at the end.
 func FuzzTableAgreesWithAMap(f *testing.F) {
 	f.Add([]byte{1, 0x01, 0x41, 0x81, 0x02, 0xc2, 0x42})
 	f.Add([]byte{0, 0x00, 0x01, 0x02, 0x03, 0x40, 0x41, 0x00})
@@ -68,16 +68,6 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			place  string // where its key is kept
 		}
 		want := map[string]bucket{}
-		lined := map[uint64]bool{} // the hashes with a line
-		// far is where a key kept outside its slot goes: a GCRA bucket's
-		// to a line, unless it is too long or its hash has one.
-		far := func(k string, h uint64, window bool) string {
-			if !window && len(k) <= maxLineKey && !lined[h] {
-				lined[h] = true
-				return inLine
-			}
-			return inLong
-		}
 		for step, op := range ops[1:] {
 			n := int(op & 63)
 			k := strconv.Itoa(n)
@@ -87,7 +77,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			case 1:
 				k += strings.Repeat("M", inlineWindowKey+1)
 			case 3:
-				k += strings.Repeat("X", maxLineKey)
+				k += strings.Repeat("X", maxWideKey)
 			}
 			h := hash(k)
 			i, ok := tab.find(h, k)
@@ -97,15 +87,18 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			switch op >> 6 {
 			case 0, 1:
 				window := op>>6 == 1
-				// A new key goes where its kind keeps it; a key made a
-				// FixedWindow bucket's moves to tab.long if too long for
-				// its slot; one made a GCRA bucket's stays.
+				// A new key goes where its length and kind keep it; a
+				// key in a slot made a FixedWindow bucket's moves to
+				// tab.long if too long for its slot; one made a GCRA
+				// bucket's stays, as does a wide bucket's.
 				place := inSlot
 				switch {
 				case ok && want[k].place != inSlot:
 					place = want[k].place
+				case !ok && isWide(len(k)):
+					place = inWide
 				case !ok && len(k) > inlineLen(window):
-					place = far(k, h, window)
+					place = inLong
 				case ok && window && len(k) > inlineWindowKey:
 					place = inLong
 				}
@@ -114,27 +107,25 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				} else if !tab.setKind(i, window) {
 					t.Fatalf("step %d: %q refused as window %v", step, k, window)
 				}
-				tab.slots[i].exp = int64(step)
+				tab.at(i).exp = int64(step)
 				if window {
-					tab.slots[i].setWindow(int64(step)+1, int64(step)+2)
+					tab.setWindow(i, int64(step)+1, int64(step)+2)
 				}
 				want[k] = bucket{int64(step), window, place}
 			case 2:
 				if ok {
-					if want[k].place == inLine {
-						delete(lined, h)
-					}
 					tab.remove(i)
 					delete(want, k)
 					tab.shrink()
+					tab.wide.shrink(nil)
 				}
 			default:
 				if ok {
 					checkBucket(t, &tab, i, k, want[k].v, want[k].window, want[k].place)
 				}
 			}
-			if tab.n != len(want) {
-				t.Fatalf("step %d: table holds %d, want %d", step, tab.n, len(want))
+			if tab.count() != len(want) {
+				t.Fatalf("step %d: table holds %d, want %d", step, tab.count(), len(want))
 			}
 		}
 		for k, b := range want {
@@ -145,23 +136,24 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			checkBucket(t, &tab, i, k, b.v, b.window, b.place)
 		}
 		checkLong(t, &tab)
-		checkLines(t, &tab)
+		checkWide(t, &tab)
 		if live := len(tab.long.buf) - tab.long.dead; len(tab.long.buf) > live+live/8+compactAt {
 			t.Errorf("crowd %v: %d bytes of buffer left for %d of records", crowd, len(tab.long.buf), live)
 		}
 	})
 }
 
-// checkBucket fails t unless slot i holds key k, kept in place, with v in
-// exp and, for a FixedWindow bucket, v+1 and v+2 as its window.
+// checkBucket fails t unless the bucket at ref i holds key k, kept in
+// place, with v in exp and, for a FixedWindow bucket, v+1 and v+2 as its
+// window.
 func checkBucket(t *testing.T, tab *table, i int, k string, v int64, window bool, place string) {
 	t.Helper()
-	s := &tab.slots[i]
-	if s.exp != v || s.isWindow() != window || placeOf(s) != place || tab.keyOf(s) != k {
-		t.Fatalf("slot %d holds %q = %d, window %v, in %s; want %q = %d, window %v, in %s", i, tab.keyOf(s), s.exp, s.isWindow(), placeOf(s), k, v, window, place)
+	s := tab.at(i)
+	if s.exp != v || s.isWindow() != window || placeOf(tab, i) != place || tab.keyOf(i) != k {
+		t.Fatalf("ref %#x holds %q = %d, window %v, in %s; want %q = %d, window %v, in %s", i, tab.keyOf(i), s.exp, s.isWindow(), placeOf(tab, i), k, v, window, place)
 	}
-	if start, count := s.window(); window && (start != v+1 || count != v+2) {
-		t.Fatalf("slot %d, %q: window %d, %d, want %d, %d", i, k, start, count, v+1, v+2)
+	if start, count := tab.window(i); window && (start != v+1 || count != v+2) {
+		t.Fatalf("ref %#x, %q: window %d, %d, want %d, %d", i, k, start, count, v+1, v+2)
 	}
 }
 
@@ -185,47 +177,43 @@ func checkLong(t *testing.T, tab *table) {
 	}
 }
 
-// checkLines fails t unless tab.lines holds exactly one line for each
-// slot that says it has one, under its hash, within the table's bounds:
-// no more than three quarters full, and no less than an eighth once
-// larger than minLines.
-func checkLines(t *testing.T, tab *table) {
+// checkWide fails t unless tab.wide counts the buckets it holds, each
+// under a key of a wide bucket's length, found where it is by its key,
+// within the table's bounds: no more than three quarters full.
+func checkWide(t *testing.T, tab *table) {
 	t.Helper()
-	l := &tab.lines
-	n := 0
-	for i := range tab.slots {
-		if s := &tab.slots[i]; s.hash != 0 && s.hasLine() {
-			n++
-			if l.find(s.hash) < 0 {
-				t.Errorf("slot %d, hash %#x: no line", i, s.hash)
-			}
-		}
-	}
+	w := &tab.wide
 	held := 0
-	for i := range l.lines {
-		if l.lines[i].hash != 0 {
-			held++
+	for i := range w.e {
+		e := &w.e[i]
+		if e.hash == 0 {
+			continue
+		}
+		held++
+		k := tab.keyOf(i | wideRef)
+		if !isWide(len(k)) {
+			t.Errorf("wide bucket %d: a key of %d bytes", i, len(k))
+		}
+		if j, ok := w.find(e.hash, k); !ok || j != i {
+			t.Errorf("wide bucket %d, %q: found at %d, %v", i, k, j, ok)
 		}
 	}
-	if held != n || l.n != n {
-		t.Errorf("lines: %d held, counted %d, want %d (the slots with one)", held, l.n, n)
+	if held != w.n {
+		t.Errorf("wide buckets: %d held, counted %d", held, w.n)
 	}
-	if size := len(l.lines); size > 0 && (n*4 > size*3 || size > minLines && n*8 < size) {
-		t.Errorf("lines: %d in a table of %d", n, size)
+	if size := len(w.e); size > 0 && held*4 > size*3 {
+		t.Errorf("wide buckets: %d in a table of %d", held, size)
 	}
 }
 
-// keyOf returns the key held in s (for the tests: the store needs only
-// its length).
-func (t *table) keyOf(s *slot) string {
+// keyOf returns the key of the bucket at ref r (for the tests: the store
+// needs only its length).
+func (t *table) keyOf(r int) string {
+	s := t.at(r)
 	n := s.keyLen()
 	switch {
-	case s.hasLine():
-		i := t.lines.find(s.hash)
-		if i < 0 {
-			return string(s.key[:inlineWindowKey]) + "(no line)"
-		}
-		return string(s.key[:inlineWindowKey]) + string(t.lines.lines[i].key[:n-inlineWindowKey])
+	case r&wideRef != 0:
+		return string(unsafe.Slice(&s.key[0], n))
 	case s.isLong():
 		return string(t.long.key(s.kref, n))
 	}
@@ -246,9 +234,9 @@ func TestTableShrinks(t *testing.T) {
 			for i := range 5000 {
 				k := strconv.Itoa(i)
 				if i%4 == 0 {
-					k += strings.Repeat("L", inlineKey)
+					k += strings.Repeat("L", maxWideKey) // in tab.long
 				}
-				tab.slots[tab.insert(hash(k), k, false)].exp = int64(i)
+				tab.at(tab.insert(hash(k), k, false)).exp = int64(i)
 				want[k] = int64(i)
 			}
 			for k := range want {
@@ -269,11 +257,11 @@ func TestTableShrinks(t *testing.T) {
 				t.Fatalf("crowd %v, %d kept: %d slots -> %d (shrunk %v), want the fewest slots at least %d with %d kept under a quarter full",
 					crowd, keep, before, size, shrunk, minShrunk, keep)
 			}
-			if tab.n != keep {
-				t.Fatalf("crowd %v: holds %d, want %d", crowd, tab.n, keep)
+			if tab.count() != keep {
+				t.Fatalf("crowd %v: holds %d, want %d", crowd, tab.count(), keep)
 			}
 			for k, v := range want {
-				if i, ok := tab.find(hash(k), k); !ok || tab.slots[i].exp != v {
+				if i, ok := tab.find(hash(k), k); !ok || tab.at(i).exp != v {
 					t.Fatalf("crowd %v, %d kept: %q found %v, want it with %d", crowd, keep, k, ok, v)
 				}
 			}
