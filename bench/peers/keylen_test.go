@@ -10,8 +10,9 @@ import (
 // ids' keys as they are (3 to 9 bytes, "length 9"), then keys at each
 // side of the memory store's ways of hashing and keeping a key: two
 // words up to 16 bytes, three up to 24, maphash beyond; a GCRA bucket's
-// slot up to 40, a slot and a line up to 80.
-var keyLengths = []int{9, 16, 17, 24, 25, 40, 41, 57, 80}
+// slot up to 40, a wide bucket up to 88, the long keys' buffer beyond
+// (80: where a slot and a line ended, before wide buckets).
+var keyLengths = []int{9, 16, 17, 24, 25, 40, 41, 57, 80, 88, 89}
 
 // padded returns keys each made n bytes long by 'x's before it: the
 // same buckets, one key length. n is at least 9, the longest key.
