@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -139,34 +138,45 @@ func TestExpiredBucketsGiveTheirMemoryBack(t *testing.T) {
 // its bucket expired or already swept away, the way a shard churns
 // through short-lived buckets. Once the sweeps have shrunk the table, it
 // must keep its size: a table shrunk below what one sweep reaches grows
-// again at once, allocating and moving every slot each time.
+// again at once, allocating and moving every slot each time. It runs
+// with keys kept in slots and with keys of wide buckets, whose table
+// must settle too.
 func TestChurnSettlesTheTable(t *testing.T) {
-	s := New(Options{Shards: 1})
-	sh := &s.shards[0]
-	clk := clock.NewFake(time.Unix(1e9, 0))
-	ctx := context.Background()
-	spend := func(i int) {
-		t.Helper()
-		clk.Advance(time.Millisecond)
-		_, err := s.DoOne(ctx, clk, store.Op{Key: "k-" + strconv.Itoa(i%1000), Algorithm: store.GCRA, Kind: store.Spend,
-			Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Millisecond}, Cost: 1})
-		if err != nil {
-			t.Fatal(err)
+	for _, pad := range []int{0, 50} {
+		s := New(Options{Shards: 1})
+		sh := &s.shards[0]
+		clk := clock.NewFake(time.Unix(1e9, 0))
+		ctx := context.Background()
+		key := func(i int) string { return fmt.Sprintf("k-%0*d", pad, i%1000) }
+		size := func() int {
+			if isWide(len(key(0))) {
+				return len(sh.tab.wide.e)
+			}
+			return len(sh.tab.slots)
 		}
-	}
-	for i := range 20000 {
-		spend(i)
-	}
-	size, resized := len(sh.tab.slots), 0
-	for i := range 20000 {
-		spend(i)
-		if len(sh.tab.slots) != size {
-			size = len(sh.tab.slots)
-			resized++
+		spend := func(i int) {
+			t.Helper()
+			clk.Advance(time.Millisecond)
+			_, err := s.DoOne(ctx, clk, store.Op{Key: key(i), Algorithm: store.GCRA, Kind: store.Spend,
+				Limit: gcra.Limit{Burst: 1, Count: 1, Period: time.Millisecond}, Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if resized > 0 {
-		t.Errorf("the table changed size %d times in 20,000 spends of churn, now %d slots for %d buckets; want it settled", resized, size, sh.tab.n)
+		for i := range 20000 {
+			spend(i)
+		}
+		was, resized := size(), 0
+		for i := range 20000 {
+			spend(i)
+			if size() != was {
+				was = size()
+				resized++
+			}
+		}
+		if resized > 0 || was == 0 {
+			t.Errorf("%d-byte keys: the table changed size %d times in 20,000 spends of churn, now %d entries for %d buckets; want it settled", len(key(0)), resized, was, sh.tab.count())
+		}
 	}
 }
 
