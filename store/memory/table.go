@@ -31,8 +31,10 @@ const _ = uint(inlineWindowKey - keybuf.Max)
 const (
 	windowBit = 1 << 31
 	longBit   = 1 << 30
-	// maxKeyLen bounds a key's length: a longer one is refused.
-	maxKeyLen = longBit - 1
+	// maxKeyLen bounds a key's length: a longer one is refused. It
+	// leaves bit 29 free (it was a mark of lines, before wide buckets),
+	// so that the bound stays 512 MiB.
+	maxKeyLen = 1<<29 - 1
 )
 
 // slot is one bucket in a shard's table: the hash of its key, its state
