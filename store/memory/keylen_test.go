@@ -41,12 +41,12 @@ func TestTableRefusesAKeyPastMaxKeyLen(t *testing.T) {
 		if tab.count() != len(held) {
 			t.Fatalf("window %v: %d buckets after the refusal, want %d", window, tab.count(), len(held))
 		}
-		if _, ok := tab.find(bigHash, over); ok {
+		if _, ok := tab.find(bigHash, over, window); ok {
 			t.Fatalf("window %v: the refused key is found", window)
 		}
 	}
 	for i, k := range held {
-		j, ok := tab.find(fnv(k, false, 0), k)
+		j, ok := tab.find(fnv(k, false, 0), k, false)
 		if !ok {
 			t.Fatalf("%d-byte key: not found", len(k))
 		}

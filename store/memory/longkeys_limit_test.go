@@ -64,7 +64,7 @@ func TestLongKeysRefuseToPassMaxLongWords(t *testing.T) {
 	if tab.n != 0 {
 		t.Fatalf("the table holds %d buckets after a refused insert, want 0", tab.n)
 	}
-	if _, found := tab.find(h, long); found {
+	if _, found := tab.find(h, long, false); found {
 		t.Fatal("the refused key is found")
 	}
 }

@@ -4,12 +4,11 @@
 // process. A bucket's key (up to 40 bytes for a GCRA bucket, 24 for a
 // fixed window) and state share one 64-byte slot of its shard's table, so
 // that a decision reads and changes its bucket in one memory access
-// (table.go). A longer key, of up to 88 bytes, of either kind, makes its
-// bucket a wide one: a slot and a second line beside it, in a table of
-// 128-byte entries of its own, the two lines loaded at once (wide.go). A
-// longer one still, and a fixed window's of 25 to 40 bytes, is kept in
-// its shard's buffer of long keys, an access more, after the slot's
-// (longkeys.go).
+// (table.go). A longer key, of up to 88 bytes, makes its bucket a wide
+// one: a slot and a second line beside it, in a table of 128-byte entries
+// of its own, the two lines loaded at once (wide.go). A longer one still
+// is kept in its shard's buffer of long keys, an access more, after the
+// slot's (longkeys.go).
 //
 // Buckets that are full again (a GCRA TAT in the past, a window that has
 // ended) are treated as missing and removed as the store comes across them.
@@ -66,7 +65,8 @@ type Options struct {
 	MaxEntries int
 	// MaxBytes bounds the bytes the buckets take, spread evenly over the
 	// shards: each bucket counts len(key) + EntryOverhead, and
-	// LineOverhead more for a wide bucket (a key of 41 to 88 bytes).
+	// LineOverhead more for a wide bucket (a key of 41 to 88 bytes, or a
+	// fixed window's of 25 to 88).
 	// Default
 	// 268,435,456 (256 MiB); minimum EntryOverhead+64 per shard. The heap
 	// the store holds stays within about MaxBytes: filled to a 32 MiB
@@ -97,9 +97,9 @@ type Options struct {
 const EntryOverhead = 160
 
 // LineOverhead is the bytes counted, besides EntryOverhead, for a wide
-// bucket, whose key is 41 to 88 bytes long: the second 64-byte line of
-// its 128-byte entry, which keeps the key's bytes past its first 40, in
-// a table that, as the slots', is between three eighths and three
+// bucket, whose key is 41 to 88 bytes long (25 to 88 for a fixed window):
+// the second 64-byte line of its 128-byte entry, which keeps the key's
+// bytes past its first 40 and a fixed window's state, in a table that, as the slots', is between three eighths and three
 // quarters full but for the moments after it doubles (85 to 171 bytes a
 // line).
 const LineOverhead = 128
@@ -221,10 +221,10 @@ func (sh *shard) prefetchWide(h uint64) {
 	prefetch(at + unsafe.Offsetof(wide{}.rest))
 }
 
-// cost is the bytes a bucket under a key of n bytes counts towards
-// MaxBytes.
-func cost(n int) int64 {
-	if isWide(n) {
+// cost is the bytes a bucket under a key of n bytes, of the kind given,
+// counts towards MaxBytes.
+func cost(n int, window bool) int64 {
+	if wideFor(n, window) {
 		return int64(n) + EntryOverhead + LineOverhead
 	}
 	return int64(n) + EntryOverhead
@@ -291,7 +291,7 @@ func (s *Store) register(reg prometheus.Registerer) {
 		}, func() float64 { return float64(s.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_memory_bytes",
-			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead, and a second for a wide bucket (a key of 41 to 88 bytes).",
+			Help: "Bytes the memory store's buckets count towards --memory-max-bytes: each bucket's key length plus a fixed overhead, and a second for a wide bucket (a key of 41 to 88 bytes, or a fixed window's of 25 to 88).",
 		}, func() float64 { return float64(s.Bytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_memory_mapped_bytes",
@@ -444,7 +444,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		// (Each decision's two prefetches and the test between them are
 		// written out where they are made: a helper doing all three is
 		// too large to be inlined.)
-		if isWide(len(ops[0].Key)) {
+		if wideFor(len(ops[0].Key), ops[0].Algorithm == store.FixedWindow) {
 			sh.prefetchWide(h)
 		} else {
 			sh.prefetchSlot(h)
@@ -475,7 +475,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Result, error) {
 	h, i := s.hash(op.Key)
 	sh := &s.shards[i]
-	if isWide(len(op.Key)) {
+	if wideFor(len(op.Key), op.Algorithm == store.FixedWindow) {
 		sh.prefetchWide(h)
 	} else {
 		sh.prefetchSlot(h)
@@ -616,7 +616,7 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		idx = append(idx, shard)
 		// Ask for every bucket's slot (or entry) before waiting on any:
 		// their loads from memory overlap.
-		if isWide(len(ops[i].Key)) {
+		if wideFor(len(ops[i].Key), ops[i].Algorithm == store.FixedWindow) {
 			s.shards[shard].prefetchWide(h)
 		} else {
 			s.shards[shard].prefetchSlot(h)
@@ -655,7 +655,7 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		// again.
 		sh := &s.shards[idx[i]]
 		slot := -1
-		if j, ok := sh.tab.find(hashes[i], ops[i].Key); ok {
+		if j, ok := sh.findAny(hashes[i], ops[i].Key, ops[i].Algorithm == store.FixedWindow); ok {
 			slot = j
 		}
 		sh.do(writes[i], hashes[i], &ops[i], states[i], slot, nowNs)
@@ -674,15 +674,17 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 			if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
 				return
 			}
-		} else if sh.tab.at(slot).isWindow() != window && !sh.tab.setKind(slot, window) {
-			// The bucket turns into the other kind, whose key no longer
-			// fits its slot, and table.long has no room for it: its state
-			// is not kept, as for a new bucket that finds no room. (A
-			// bucket's cost does not change with its kind: setKind moves
-			// no key into or out of a wide bucket.)
-			sh.drop(slot)
-			sh.refused++
-			return
+		} else if sh.tab.at(slot).isWindow() != window {
+			if !movesWithKind(len(op.Key)) {
+				sh.tab.setKind(slot, window)
+			} else {
+				// Its place depends on its kind: it is made afresh
+				// where the other kind keeps it (with its cost).
+				sh.drop(slot)
+				if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
+					return
+				}
+			}
 		}
 		// The bucket may be dropped once it is full again: past its TAT,
 		// or at the end of its window.
@@ -706,7 +708,7 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 // there is none (an expired bucket is left for do to overwrite, or for a
 // sweep). requires sh.mu held.
 func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot int) {
-	i, ok := sh.tab.find(h, op.Key)
+	i, ok := sh.findAny(h, op.Key, op.Algorithm == store.FixedWindow)
 	if !ok {
 		return store.State{}, -1
 	}
@@ -722,6 +724,22 @@ func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot 
 	return store.State{Exists: true, TAT: e.exp}, i
 }
 
+// findAny returns the ref of the bucket under key, whose hash is h, of
+// either kind, looking first where a bucket of the kind given (a
+// FixedWindow one when window) is kept, and true; or -1 and false.
+// requires sh.mu held.
+func (sh *shard) findAny(h uint64, key string, window bool) (int, bool) {
+	if i, ok := sh.tab.find(h, key, window); ok {
+		return i, true
+	}
+	if movesWithKind(len(key)) {
+		if i, ok := sh.tab.find(h, key, !window); ok {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
 // put adds a bucket under key, with hash h, which the shard does not hold,
 // a FixedWindow bucket when window, else a GCRA one, and returns its
 // ref. It makes room first when the shard is full, by removing expired
@@ -733,7 +751,14 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
 	}
-	c := cost(len(key))
+	if movesWithKind(len(key)) {
+		// A bucket of the other kind under key is in the other table:
+		// a change of kind starts afresh, and a key has one bucket.
+		if r, ok := sh.tab.find(h, key, !window); ok {
+			sh.drop(r)
+		}
+	}
+	c := cost(len(key), window)
 	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {
 		sh.refused++
 		return -1
@@ -750,7 +775,8 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 
 // drop deletes the bucket at ref r. requires sh.mu held.
 func (sh *shard) drop(r int) {
-	sh.bytes -= cost(sh.tab.at(r).keyLen())
+	s := sh.tab.at(r)
+	sh.bytes -= cost(s.keyLen(), s.isWindow())
 	sh.tab.remove(r)
 }
 

@@ -184,12 +184,13 @@ func TestChurnSettlesTheTable(t *testing.T) {
 // windows, and back, twice each time: each change of kind starts the
 // bucket afresh (the other kind's state is no state of its own), the
 // second spend of each pair sees the first, and the shard ends holding
-// each key once, its wide buckets and long keys' records exactly those
-// of its buckets, each wide bucket counting its second line's bytes. The
-// keys' lengths are kept in the slot by either kind (10), by a GCRA
-// bucket only (30, 40: the key moves to the long keys when its bucket
-// first becomes a fixed window, and stays there), in a wide bucket, of
-// either kind (41, 60, 88), and in the long keys (89, 100).
+// each key once, after every round, its wide buckets and long keys'
+// records exactly those of its buckets, each wide bucket counting its
+// second line's bytes. The keys' lengths are kept in the slot by either
+// kind (10), in the slot by a GCRA bucket and in a wide one by a fixed
+// window (30, 40: the bucket is made afresh in the other table at each
+// change), in a wide bucket by either kind (41, 60, 88), and in the long
+// keys (89, 100).
 func TestABucketChangesKind(t *testing.T) {
 	for _, n := range []int{10, 30, 40, 41, 60, 88, 89, 100} {
 		s := New(Options{Shards: 1})
@@ -217,6 +218,15 @@ func TestABucketChangesKind(t *testing.T) {
 						t.Fatalf("%d-byte key %q, round %d (%v), spend %d: got %+v, want %d remaining", n, k, round, op.Algorithm, spent, r, limit-spent)
 					}
 				}
+			}
+			sh := &s.shards[0]
+			window := op.Algorithm == store.FixedWindow
+			over := int64(EntryOverhead)
+			if wideFor(n, window) {
+				over += LineOverhead
+			}
+			if want := int64(len(keys)) * (int64(n) + over); sh.tab.count() != len(keys) || sh.bytes != want {
+				t.Fatalf("%d-byte keys, round %d (%v): %d buckets of %d bytes, want %d of %d", n, round, op.Algorithm, sh.tab.count(), sh.bytes, len(keys), want)
 			}
 		}
 		sh := &s.shards[0]
@@ -261,6 +271,50 @@ func TestShardLayout(t *testing.T) {
 	for name, end := range hot {
 		if end > 64 {
 			t.Errorf("shard.%s ends at byte %d, past the first line", name, end)
+		}
+	}
+}
+
+// TestSpendGCRAReplacesAWindow: SpendGCRA on a key whose bucket is a
+// fixed window starts a GCRA bucket afresh and leaves the key one bucket,
+// whether the two kinds keep the key in one place (10, 60 bytes) or in
+// two (30: the window in a wide bucket, the GCRA bucket in a slot); a
+// window spent after it starts afresh too.
+func TestSpendGCRAReplacesAWindow(t *testing.T) {
+	for _, n := range []int{10, 30, 60} {
+		s := New(Options{Shards: 1})
+		sh := &s.shards[0]
+		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+		ctx := context.Background()
+		key := fmt.Sprintf("%0*d", n, 7)
+		w := store.Op{Key: key, Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 4, Length: time.Hour}, Cost: 1}
+		spendWindow := func(want int64) {
+			t.Helper()
+			r, err := s.DoOne(ctx, clk, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Allowed || r.Remaining != want {
+				t.Fatalf("%d-byte key, window: got %+v, want %d remaining", n, r, want)
+			}
+		}
+		spendWindow(3)
+		spendWindow(2)
+		lim := gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}
+		for want := int64(4); want >= 3; want-- {
+			if ok, left, _, _ := s.SpendGCRA(clk, key, lim.Params(), 1, false); !ok || left != want {
+				t.Fatalf("%d-byte key, GCRA: allowed %v with %d remaining, want %d", n, ok, left, want)
+			}
+		}
+		if got, want := sh.tab.count(), 1; got != want {
+			t.Fatalf("%d-byte key: %d buckets, want %d", n, got, want)
+		}
+		if got, want := sh.bytes, cost(n, false); got != want {
+			t.Fatalf("%d-byte key: %d bytes counted, want %d", n, got, want)
+		}
+		spendWindow(3)
+		if got := sh.tab.count(); got != 1 {
+			t.Fatalf("%d-byte key: %d buckets after the window again, want 1", n, got)
 		}
 	}
 }

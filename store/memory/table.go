@@ -3,7 +3,6 @@ package memory
 import (
 	"encoding/binary"
 	"math/bits"
-	"unsafe"
 
 	"github.com/sluice-rl/sluice/internal/keybuf"
 )
@@ -11,12 +10,11 @@ import (
 // inlineKey is the longest key a GCRA bucket keeps in its slot, and
 // inlineWindowKey a FixedWindow bucket's, whose window takes the slot's
 // last 16 bytes. They are what a 64-byte slot has room for besides the
-// hash, the expiry and the length. A longer key of up to maxWideKey bytes,
-// of either kind, makes its bucket a wide one, a slot and a second line
-// beside it, in a table of its own (wide.go); a longer one still, and a
-// FixedWindow bucket's of inlineWindowKey+1 to inlineKey bytes, is kept
-// in table.long and costs a second memory access, after the slot's, to
-// compare (longkeys.go).
+// hash, the expiry and the length. A longer key of up to maxWideKey bytes
+// makes its bucket a wide one, a slot and a second line beside it, in a
+// table of its own (wide.go); a longer one still is kept in table.long
+// and costs a second memory access, after the slot's, to compare
+// (longkeys.go).
 const (
 	inlineKey       = 40
 	inlineWindowKey = 24
@@ -46,10 +44,10 @@ const (
 // when the bucket is full again: exp. A FixedWindow bucket's window, its
 // first Unix second and its count, takes the last 16 bytes of key (see
 // window), after its first inlineWindowKey. A key is kept where its
-// bucket's kind, when inserted, keeps it; a bucket made a FixedWindow one
-// moves a key too long for that kind's slot to table.long, and one made a
-// GCRA bucket leaves its key where it is (setKind). A wide bucket's slot
-// is the first half of its entry (wide).
+// length and its bucket's kind keep it (wideFor, inlineLen); a bucket
+// that changes kind stays where it is (setKind) unless that depends on
+// its kind (movesWithKind). A wide bucket's slot is the first half of its
+// entry (wide).
 type slot struct {
 	hash uint64 // the key's hash with its low bit set; 0 marks an empty slot
 	exp  int64  // the Unix nanosecond at which the bucket is full again; GCRA: its TAT
@@ -155,10 +153,13 @@ func (t *table) mask() int { return len(t.slots) - 1 }
 func (t *table) home(h uint64) int { return int(h >> t.shift) }
 
 // find returns the ref of the bucket holding key, whose hash is h (low
-// bit set), and true; or, for a key whose bucket is not wide, the empty
-// slot where it would go, and false; or -1 and false.
-func (t *table) find(h uint64, key string) (int, bool) {
-	if isWide(len(key)) {
+// bit set), in the table that holds it as a bucket of the kind given (a
+// FixedWindow one when window), and true; or, when that table is the
+// slots, the empty slot where it would go, and false; or -1 and false.
+// A bucket of the other kind under key is found when its place does not
+// depend on its kind (see movesWithKind and shard.findAny).
+func (t *table) find(h uint64, key string, window bool) (int, bool) {
+	if wideFor(len(key), window) {
 		i, ok := t.wide.find(h, key)
 		if ok {
 			i |= wideRef
@@ -226,31 +227,19 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 func (t *table) setTAT(slot int, tat int64) {
 	e := &t.slots[slot]
 	e.exp = tat
-	e.klen &^= windowBit // as setKind(slot, false), which leaves the key where it is
+	e.klen &^= windowBit // as setKind(slot, false): a FixedWindow bucket in a slot has a key that stays there
 }
 
 // setKind makes the bucket at ref r a FixedWindow bucket when window,
-// else a GCRA one, and reports whether it could: false, the bucket left
-// as it was, when it is to be a FixedWindow bucket, its key is too long
-// for that kind's slot and was kept in it, and table.long has no room for
-// it. A GCRA bucket's key stays where it is (table.long keeps a key that
-// a GCRA bucket's slot could hold until the bucket is removed), as does a
-// wide bucket's. A FixedWindow bucket's window is left for the caller to
-// set.
-func (t *table) setKind(r int, window bool) bool {
-	s := t.at(r)
-	if !window {
+// else a GCRA one, where it is: for a key whose place does not depend on
+// its bucket's kind (not movesWithKind). A FixedWindow bucket's window is
+// left for the caller to set.
+func (t *table) setKind(r int, window bool) {
+	if s := t.at(r); window {
+		s.klen |= windowBit
+	} else {
 		s.klen &^= windowBit
-		return true
 	}
-	if n := s.keyLen(); r&wideRef == 0 && s.klen&longBit == 0 && n > inlineWindowKey {
-		if !t.addLong(s, s.hash, unsafe.String(&s.key[0], n)) {
-			return false
-		}
-		s.klen |= longBit
-	}
-	s.klen |= windowBit
-	return true
 }
 
 // insert adds key, with hash h, which the table does not hold, as a
@@ -263,13 +252,13 @@ func (t *table) insert(h uint64, key string, window bool) int {
 	if len(key) > maxKeyLen {
 		return -1
 	}
-	if isWide(len(key)) {
+	if wideFor(len(key), window) {
 		return t.wide.insert(t.mem, h, key, window) | wideRef
 	}
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
-	i, _ := t.find(h, key)
+	i, _ := t.findSlot(h, key)
 	s := &t.slots[i]
 	s.klen = uint32(len(key))
 	if len(key) <= inlineLen(window) {

@@ -32,6 +32,18 @@ const (
 	inLong = "long keys"
 )
 
+// placeFor returns where a bucket under a key of n bytes, of the kind
+// given, is kept.
+func placeFor(n int, window bool) string {
+	switch {
+	case wideFor(n, window):
+		return inWide
+	case n > inlineLen(window):
+		return inLong
+	}
+	return inSlot
+}
+
 // placeOf returns where the key of the bucket at ref r is kept.
 func placeOf(tab *table, r int) string {
 	switch {
@@ -47,8 +59,8 @@ func placeOf(tab *table, r int) string {
 // of 64 keys — the top two bits: make the bucket a GCRA one, make it a
 // FixedWindow one (inserting it if missing), remove it (then shrink), or
 // look it up; a quarter of the keys make wide buckets, a quarter fit a
-// GCRA bucket's slot but not a FixedWindow's, and a quarter are longer
-// than a wide bucket holds — with hashes crowded onto four homes, and
+// GCRA bucket's slot but make a FixedWindow bucket a wide one, and a
+// quarter are longer than a wide bucket holds — with hashes crowded onto four homes, and
 // some shared, when the first byte is odd, and checks the table against
 // a map after each one, and entry by entry at the end.
 func FuzzTableAgreesWithAMap(f *testing.F) {
@@ -80,38 +92,39 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 				k += strings.Repeat("X", maxWideKey)
 			}
 			h := hash(k)
-			i, ok := tab.find(h, k)
-			if _, in := want[k]; ok != in {
-				t.Fatalf("step %d: find(%q) = %v, want %v", step, k, ok, in)
+			i, ok := -1, false
+			if b, in := want[k]; in {
+				if i, ok = tab.find(h, k, b.window); !ok {
+					t.Fatalf("step %d: %q (window %v) not found", step, k, b.window)
+				}
+			} else {
+				for _, window := range []bool{false, true} {
+					if _, found := tab.find(h, k, window); found {
+						t.Fatalf("step %d: %q found as window %v, not held", step, k, window)
+					}
+				}
 			}
 			switch op >> 6 {
 			case 0, 1:
+				// A key is kept where its length and its bucket's kind
+				// keep it: a bucket that changes kind stays where it
+				// is unless that depends on its kind, and is then made
+				// afresh in the other table.
 				window := op>>6 == 1
-				// A new key goes where its length and kind keep it; a
-				// key in a slot made a FixedWindow bucket's moves to
-				// tab.long if too long for its slot; one made a GCRA
-				// bucket's stays, as does a wide bucket's.
-				place := inSlot
 				switch {
-				case ok && want[k].place != inSlot:
-					place = want[k].place
-				case !ok && isWide(len(k)):
-					place = inWide
-				case !ok && len(k) > inlineLen(window):
-					place = inLong
-				case ok && window && len(k) > inlineWindowKey:
-					place = inLong
-				}
-				if !ok {
+				case !ok:
 					i = tab.insert(h, k, window)
-				} else if !tab.setKind(i, window) {
-					t.Fatalf("step %d: %q refused as window %v", step, k, window)
+				case want[k].window != window && movesWithKind(len(k)):
+					tab.remove(i)
+					i = tab.insert(h, k, window)
+				default:
+					tab.setKind(i, window)
 				}
 				tab.at(i).exp = int64(step)
 				if window {
 					tab.setWindow(i, int64(step)+1, int64(step)+2)
 				}
-				want[k] = bucket{int64(step), window, place}
+				want[k] = bucket{int64(step), window, placeFor(len(k), window)}
 			case 2:
 				if ok {
 					tab.remove(i)
@@ -129,7 +142,7 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 			}
 		}
 		for k, b := range want {
-			i, ok := tab.find(hash(k), k)
+			i, ok := tab.find(hash(k), k, b.window)
 			if !ok {
 				t.Fatalf("at the end: %q not found, want it with %d", k, b.v)
 			}
@@ -178,7 +191,8 @@ func checkLong(t *testing.T, tab *table) {
 }
 
 // checkWide fails t unless tab.wide counts the buckets it holds, each
-// under a key of a wide bucket's length, found where it is by its key,
+// under a key of a wide bucket's length for its kind, found where it is
+// by its key,
 // within the table's bounds: no more than three quarters full.
 func checkWide(t *testing.T, tab *table) {
 	t.Helper()
@@ -191,8 +205,8 @@ func checkWide(t *testing.T, tab *table) {
 		}
 		held++
 		k := tab.keyOf(i | wideRef)
-		if !isWide(len(k)) {
-			t.Errorf("wide bucket %d: a key of %d bytes", i, len(k))
+		if !wideFor(len(k), e.isWindow()) {
+			t.Errorf("wide bucket %d: a key of %d bytes, window %v", i, len(k), e.isWindow())
 		}
 		if j, ok := w.find(e.hash, k); !ok || j != i {
 			t.Errorf("wide bucket %d, %q: found at %d, %v", i, k, j, ok)
@@ -243,7 +257,7 @@ func TestTableShrinks(t *testing.T) {
 				if len(want) == keep {
 					break
 				}
-				i, ok := tab.find(hash(k), k)
+				i, ok := tab.find(hash(k), k, false)
 				if !ok {
 					t.Fatalf("crowd %v: %q not found before removal", crowd, k)
 				}
@@ -261,13 +275,13 @@ func TestTableShrinks(t *testing.T) {
 				t.Fatalf("crowd %v: holds %d, want %d", crowd, tab.count(), keep)
 			}
 			for k, v := range want {
-				if i, ok := tab.find(hash(k), k); !ok || tab.at(i).exp != v {
+				if i, ok := tab.find(hash(k), k, false); !ok || tab.at(i).exp != v {
 					t.Fatalf("crowd %v, %d kept: %q found %v, want it with %d", crowd, keep, k, ok, v)
 				}
 			}
 			for i := range 2000 {
 				k := "again" + strconv.Itoa(i+r.IntN(3)*10000)
-				if _, ok := tab.find(hash(k), k); !ok {
+				if _, ok := tab.find(hash(k), k, false); !ok {
 					tab.insert(hash(k), k, false)
 				}
 			}
@@ -306,7 +320,7 @@ func TestFindShortAsFind(t *testing.T) {
 	for step := range 20_000 {
 		k := key()
 		h := hash(k)
-		i, ok := tab.find(h, k)
+		i, ok := tab.find(h, k, false)
 		lo, hi := keybuf.Load(k)
 		j, sok := tab.findShort(h, lo, hi, len(k))
 		if i != j || ok != sok || ok != held[k] {
@@ -323,7 +337,7 @@ func TestFindShortAsFind(t *testing.T) {
 			if len(held) >= 40 {
 				// Make room: drop a held key, any one.
 				for old := range held {
-					i, _ := tab.find(hash(old), old)
+					i, _ := tab.find(hash(old), old, false)
 					tab.remove(i)
 					delete(held, old)
 					break

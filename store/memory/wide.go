@@ -16,14 +16,25 @@ const (
 	maxWideKey   = inlineKey + wideWindowAt
 )
 
-// isWide reports whether the bucket of a key of n bytes, of either kind,
-// is a wide one: a key longer than a GCRA bucket's slot keeps and at most
-// maxWideKey bytes. It follows from the length alone, so that a lookup
-// knows which of its shard's tables to look in before it finds the
-// bucket; it is the one rule for where wide buckets are used: in which
-// table a bucket is, what it counts (cost), which line a decision
-// prefetches.
-func isWide(n int) bool { return n > inlineKey && n <= maxWideKey }
+// wideFor reports whether the bucket of a key of n bytes, of the kind
+// given (a FixedWindow bucket when window), is a wide one: a key longer
+// than that kind's slot keeps (inlineLen) and at most maxWideKey bytes.
+// It follows from the length and the kind, so that a lookup knows which
+// of its shard's tables to look in before it finds the bucket; it is the
+// one rule for where wide buckets are used: in which table a bucket is,
+// what it counts (cost), which lines a decision prefetches.
+func wideFor(n int, window bool) bool { return n > inlineLen(window) && n <= maxWideKey }
+
+// isWide is wideFor for a GCRA bucket.
+func isWide(n int) bool { return wideFor(n, false) }
+
+// movesWithKind reports whether the bucket of a key of n bytes is in one
+// table as a GCRA bucket (its slot) and in the other as a FixedWindow
+// bucket (wide): a key of inlineWindowKey+1 to inlineKey bytes. Such a
+// bucket that changes kind is removed and made afresh in the other
+// table, and a new one removes a bucket of the other kind under its key
+// (shard.put), so that a key has one bucket at most.
+func movesWithKind(n int) bool { return n > inlineWindowKey && n <= inlineKey }
 
 // wide is a bucket whose key is longer than a GCRA bucket's slot keeps
 // and at most maxWideKey bytes: a slot, then the rest, two adjacent cache
@@ -32,7 +43,11 @@ func isWide(n int) bool { return n > inlineKey && n <= maxWideKey }
 // often one row of memory. Kept apart, in two tables, the second line
 // cost about 70 ns a decision more with 57-byte keys, though asked for
 // together with the slot (BENCHMARKS.md, "A bucket of two adjacent lines
-// for keys of 41 to 88 bytes").
+// for keys of 41 to 88 bytes"). A FixedWindow bucket's key of 25 to 40
+// bytes makes a wide bucket too: its slot has no room for the window
+// past it, and the long keys' buffer, read after the slot, took about
+// 380 ns a decision against about 250 (BENCHMARKS.md, "The Envoy
+// service's decisions on the memory store").
 //
 // The key runs from the slot's key on into rest, one run of bytes; a
 // FixedWindow bucket's window takes the last 16 bytes of rest, past any
@@ -93,8 +108,8 @@ func (w *wides) find(h uint64, key string) (int, bool) {
 	}
 }
 
-// insert adds key, with hash h, which w does not hold and isWide, and
-// returns its index. It may grow the table, moving every bucket.
+// insert adds key, with hash h, which w does not hold and whose bucket is
+// wide (wideFor), and returns its index. It may grow the table, moving every bucket.
 func (w *wides) insert(mem *arena, h uint64, key string, window bool) int {
 	if (w.n+1)*4 > len(w.e)*3 {
 		w.resize(mem, max(minWide, 2*len(w.e)))

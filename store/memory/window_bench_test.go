@@ -17,8 +17,9 @@ import (
 // BenchmarkWindowKeyLengths is a fixed window's spend, the Envoy
 // service's decision on this store, through DoOne over 1,000,000 buckets
 // made first, at key lengths each side of where the store keeps a fixed
-// window's key: in its slot up to 24 bytes, in the long keys' buffer from
-// 25 to 40 bytes and past 88, in a wide bucket from 41 to 88. The
+// window's key: in its slot up to 24 bytes, in a wide bucket from 25 to
+// 88 (from 41 before 2026-11-28's change: 25 to 40 in the long keys'
+// buffer), in the long keys' buffer past 88. The
 // buckets are visited in a shuffled order, each call with a copy of its
 // key, the copies laid out in calling order, as a service builds each
 // request's key from the request.
