@@ -740,9 +740,10 @@ func (sh *shard) findAny(h uint64, key string, window bool) (int, bool) {
 	return -1, false
 }
 
-// put adds a bucket under key, with hash h, which the shard does not hold,
-// a FixedWindow bucket when window, else a GCRA one, and returns its
-// ref. It makes room first when the shard is full, by removing expired
+// put adds a bucket under key, with hash h, a FixedWindow bucket when
+// window, else a GCRA one, which the shard does not hold, and returns its
+// ref; a bucket of the other kind under key, kept in the other table
+// (movesWithKind), is removed first. It makes room first when the shard is full, by removing expired
 // buckets only; when that is not enough the new key is not stored,
 // counted as refused, and put returns -1. requires sh.mu held.
 func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {

@@ -51,8 +51,8 @@ func movesWithKind(n int) bool { return n > inlineWindowKey && n <= inlineKey }
 //
 // The key runs from the slot's key on into rest, one run of bytes; a
 // FixedWindow bucket's window takes the last 16 bytes of rest, past any
-// key (the slot's field window is not used), so that a bucket that
-// changes kind moves nothing. slot.kref is not used.
+// key (the slot's field window is not used), so that a bucket of a key of
+// 41 to 88 bytes that changes kind moves nothing. slot.kref is not used.
 type wide struct {
 	slot
 	rest [wideRest]byte
