@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -239,4 +240,27 @@ func BenchmarkSpendGCRAKeyInBuffer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkNewBucketsBesideWide makes a new GCRA bucket under a 36-byte
+// key per decision, in a store already holding 1,048,576 wide buckets
+// (57-byte keys): what a new bucket whose place depends on its kind
+// costs while the other table is large.
+func BenchmarkNewBucketsBesideWide(b *testing.B) {
+	s := memory.New(memory.Options{MaxBytes: 1 << 31, MaxEntries: 1 << 23})
+	defer s.Close()
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	p := benchLimit.Params()
+	for i := range 1 << 20 {
+		s.SpendGCRA(clk, fmt.Sprintf("%057d", i), p, 1, false)
+	}
+	keys := make([]string, b.N)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%036d", i*7919)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s.SpendGCRA(clk, keys[i], p, 1, false)
+	}
 }

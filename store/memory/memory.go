@@ -166,7 +166,7 @@ type shard struct {
 // line. It is written out, not computed from the fields' sizes: through an
 // embedded struct, shard's fields cost the inliner more, and prefetchSlot
 // was no longer inlined (68bad68).
-const shardPad = 24 + 28*(8-unsafe.Sizeof(uintptr(0)))/4
+const shardPad = 8 + 36*(8-unsafe.Sizeof(uintptr(0)))/4
 
 // publish stores where tab's slots and wide buckets are, for
 // prefetchSlot and prefetchWide. requires sh.mu held, or no other user
@@ -732,7 +732,7 @@ func (sh *shard) findAny(h uint64, key string, window bool) (int, bool) {
 	if i, ok := sh.tab.find(h, key, window); ok {
 		return i, true
 	}
-	if movesWithKind(len(key)) {
+	if movesWithKind(len(key)) && sh.tab.holdsMovers(!window) {
 		if i, ok := sh.tab.find(h, key, !window); ok {
 			return i, true
 		}
@@ -752,7 +752,7 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
 	}
-	if movesWithKind(len(key)) {
+	if movesWithKind(len(key)) && sh.tab.holdsMovers(!window) {
 		// A bucket of the other kind under key is in the other table:
 		// a change of kind starts afresh, and a key has one bucket.
 		if r, ok := sh.tab.find(h, key, !window); ok {

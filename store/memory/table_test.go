@@ -150,6 +150,15 @@ func FuzzTableAgreesWithAMap(f *testing.F) {
 		}
 		checkLong(t, &tab)
 		checkWide(t, &tab)
+		var movers [2]int
+		for k, b := range want {
+			if movesWithKind(len(k)) {
+				movers[kindIndex(b.window)]++
+			}
+		}
+		if movers != tab.movers {
+			t.Errorf("movers counted %v, want %v", tab.movers, movers)
+		}
 		if live := len(tab.long.buf) - tab.long.dead; len(tab.long.buf) > live+live/8+compactAt {
 			t.Errorf("crowd %v: %d bytes of buffer left for %d of records", crowd, len(tab.long.buf), live)
 		}
