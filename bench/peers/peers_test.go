@@ -17,6 +17,9 @@
 // fresh keys, in another (see apart), and with longer keys (see long and
 // longer).
 // BenchmarkFloor is the least any of them must do.
+// BenchmarkCreationOrder times them with the keys asked for in the order
+// their buckets were made, and BenchmarkNotInlined what limiter.Spend
+// costs a caller that calls it through an interface.
 // TestMemoryPerBucket reports the heap each keeps per live bucket, with
 // short keys and with 57-byte ones, and how much of Sluice's tables the
 // kernel holds in huge pages.
