@@ -99,9 +99,9 @@ const EntryOverhead = 160
 // LineOverhead is the bytes counted, besides EntryOverhead, for a wide
 // bucket, whose key is 41 to 88 bytes long (25 to 88 for a fixed window):
 // the second 64-byte line of its 128-byte entry, which keeps the key's
-// bytes past its first 40 and a fixed window's state, in a table that, as the slots', is between three eighths and three
-// quarters full but for the moments after it doubles (85 to 171 bytes a
-// line).
+// bytes past its first 40 and a fixed window's state, in a table that,
+// as the slots', is between three eighths and three quarters full but
+// for the moments after it doubles (85 to 171 bytes a line).
 const LineOverhead = 128
 
 const (
@@ -732,6 +732,14 @@ func (sh *shard) findAny(h uint64, key string, window bool) (int, bool) {
 	if i, ok := sh.tab.find(h, key, window); ok {
 		return i, true
 	}
+	return sh.findOther(h, key, window)
+}
+
+// findOther returns the ref of the bucket under key, whose hash is h, of
+// the other kind than the one given, kept in the other table
+// (movesWithKind), and true; or -1 and false. It looks only while the
+// table holds such buckets (table.movers). requires sh.mu held.
+func (sh *shard) findOther(h uint64, key string, window bool) (int, bool) {
 	if movesWithKind(len(key)) && sh.tab.holdsMovers(!window) {
 		if i, ok := sh.tab.find(h, key, !window); ok {
 			return i, true
@@ -742,22 +750,21 @@ func (sh *shard) findAny(h uint64, key string, window bool) (int, bool) {
 
 // put adds a bucket under key, with hash h, a FixedWindow bucket when
 // window, else a GCRA one, which the shard does not hold, and returns its
-// ref; a bucket of the other kind under key, kept in the other table
-// (movesWithKind), is removed first. It makes room first when the shard is full, by removing expired
-// buckets only; when that is not enough the new key is not stored,
-// counted as refused, and put returns -1. requires sh.mu held.
+// ref. A bucket of the other kind under key, kept in the other table
+// (movesWithKind), is removed first. When the shard is full it makes
+// room by removing expired buckets only; when that is not enough the new
+// key is not stored, counted as refused, and put returns -1. requires
+// sh.mu held.
 func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 	sh.inserts++
 	if sh.inserts >= sweepEvery {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
 	}
-	if movesWithKind(len(key)) && sh.tab.holdsMovers(!window) {
-		// A bucket of the other kind under key is in the other table:
-		// a change of kind starts afresh, and a key has one bucket.
-		if r, ok := sh.tab.find(h, key, !window); ok {
-			sh.drop(r)
-		}
+	// A bucket of the other kind under key is in the other table: a
+	// change of kind starts afresh, and a key has one bucket.
+	if r, ok := sh.findOther(h, key, window); ok {
+		sh.drop(r)
 	}
 	c := cost(len(key), window)
 	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {

@@ -109,7 +109,8 @@ func (w *wides) find(h uint64, key string) (int, bool) {
 }
 
 // insert adds key, with hash h, which w does not hold and whose bucket is
-// wide (wideFor), and returns its index. It may grow the table, moving every bucket.
+// wide (wideFor), and returns its index. It may grow the table, moving
+// every bucket.
 func (w *wides) insert(mem *arena, h uint64, key string, window bool) int {
 	if (w.n+1)*4 > len(w.e)*3 {
 		w.resize(mem, max(minWide, 2*len(w.e)))
