@@ -497,9 +497,56 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 	h, i := s.hash(key)
 	sh := &s.shards[i]
 	if isWide(len(key)) {
+		sh.prefetchWide(h)
 		return s.spendWide(sh, h, clk, key, p, cost, check)
 	}
 	sh.prefetchSlotCalled(h)
+	return s.spendSlot(sh, h, clk, key, p, cost, check)
+}
+
+// Hashed is where a key's GCRA bucket lies in a Store: the key's hash and
+// shard, as PrefetchGCRA found them, for SpendGCRAHashed. The zero Hashed
+// is valid and names no key: SpendGCRAHashed then hashes the key itself.
+type Hashed struct {
+	h uint64 // the key's hash (never 0), or 0 in the zero Hashed
+	i int    // the key's shard
+}
+
+// PrefetchGCRA hashes key and asks the processor for the memory of its
+// GCRA bucket, without waiting for it and without a lock, for a caller
+// that has checks to make before it calls SpendGCRAHashed with the
+// answer: the bucket's load then overlaps the checks, and the key is
+// hashed once (limiter.Spend and Check; BENCHMARKS.md, "The key hashed
+// once, before the limiter's checks"). It changes nothing.
+func (s *Store) PrefetchGCRA(key string) Hashed {
+	h, i := s.hash(key)
+	sh := &s.shards[i]
+	if isWide(len(key)) {
+		sh.prefetchWide(h)
+	} else {
+		sh.prefetchSlot(h)
+	}
+	return Hashed{h, i}
+}
+
+// SpendGCRAHashed is SpendGCRA for key, at being PrefetchGCRA(key)'s
+// answer on this Store or the zero Hashed. Given a Hashed of another key
+// or Store, it answers from, and may make, a bucket that key is not
+// found in afterwards.
+func (s *Store) SpendGCRAHashed(at Hashed, clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
+	if at.h == 0 || uint(at.i) >= uint(len(s.shards)) {
+		at.h, at.i = s.hash(key)
+	}
+	sh := &s.shards[at.i]
+	if isWide(len(key)) {
+		return s.spendWide(sh, at.h, clk, key, p, cost, check)
+	}
+	return s.spendSlot(sh, at.h, clk, key, p, cost, check)
+}
+
+// spendSlot is SpendGCRA for a key whose bucket is a slot (not isWide),
+// in its shard sh, h being the key's hash, once the slot is asked for.
+func (s *Store) spendSlot(sh *shard, h uint64, clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
 	nowNs := clock.UnixNano(clk)
 	sh.mu.Lock()
 	slot, ok := sh.tab.findSlot(h, key)
@@ -517,9 +564,8 @@ func (s *Store) SpendGCRA(clk clock.Clock, key string, p gcra.Params, cost int64
 }
 
 // spendWide is SpendGCRA for a key whose bucket is wide (isWide), in its
-// shard sh, h being the key's hash.
+// shard sh, h being the key's hash, once both lines are asked for.
 func (s *Store) spendWide(sh *shard, h uint64, clk clock.Clock, key string, p gcra.Params, cost int64, check bool) (allowed bool, remaining int64, retryIn, resetIn time.Duration) {
-	sh.prefetchWide(h)
 	nowNs := clock.UnixNano(clk)
 	sh.mu.Lock()
 	i, ok := sh.tab.wide.find(h, key)

@@ -192,9 +192,11 @@ func TestDoOneAnswersAsDo(t *testing.T) {
 }
 
 // TestSpendGCRAAnswersAsDoOne runs the same random operations on two
-// stores, through DoOne on one, and on the other through SpendGCRA for
-// every GCRA spend and check (DoOne for the rest: refunds, resets, fixed
-// windows on the same keys), and checks that every answer is the same.
+// stores, through DoOne on one, and on the other through SpendGCRA,
+// PrefetchGCRA and SpendGCRAHashed, or SpendGCRAHashed with the zero
+// Hashed, in turn, for every GCRA spend and check (DoOne for the rest:
+// refunds, resets, fixed windows on the same keys), and checks that every
+// answer is the same.
 // (The buckets held may differ, as in TestDoOneAnswersAsDo.)
 func TestSpendGCRAAnswersAsDoOne(t *testing.T) {
 	t.Parallel()
@@ -206,8 +208,11 @@ func TestSpendGCRAAnswersAsDoOne(t *testing.T) {
 	spent := 0
 	for step := range 20_000 {
 		op := store.Op{Key: fmt.Sprint("k", r.IntN(6)), Kind: store.Kind(1 + r.IntN(5)), Cost: int64(r.IntN(4))}
-		if r.IntN(4) == 0 {
-			op.Key += strings.Repeat("-long", 8)
+		switch r.IntN(4) {
+		case 0:
+			op.Key += strings.Repeat("-long", 8) // a wide bucket
+		case 1:
+			op.Key += strings.Repeat("-mid", 6) // hashed by maphash, in a slot
 		}
 		if r.IntN(4) != 0 {
 			op.Algorithm, op.Limit = store.GCRA, limits[r.IntN(len(limits))]
@@ -222,7 +227,16 @@ func TestSpendGCRAAnswersAsDoOne(t *testing.T) {
 		var got store.Result
 		if op.Algorithm == store.GCRA && (op.Kind == store.Spend || op.Kind == store.Check) {
 			spent++
-			got.Allowed, got.Remaining, got.RetryIn, got.ResetIn = fast.SpendGCRA(clk, op.Key, op.Limit.Params(), op.Cost, op.Kind == store.Check)
+			p, check := op.Limit.Params(), op.Kind == store.Check
+			switch r.IntN(3) { // the three ways to the one bucket
+			case 0:
+				got.Allowed, got.Remaining, got.RetryIn, got.ResetIn = fast.SpendGCRA(clk, op.Key, p, op.Cost, check)
+			case 1:
+				at := fast.PrefetchGCRA(op.Key)
+				got.Allowed, got.Remaining, got.RetryIn, got.ResetIn = fast.SpendGCRAHashed(at, clk, op.Key, p, op.Cost, check)
+			default:
+				got.Allowed, got.Remaining, got.RetryIn, got.ResetIn = fast.SpendGCRAHashed(memory.Hashed{}, clk, op.Key, p, op.Cost, check)
+			}
 			// The four values SpendGCRA answers with; what it wrote shows
 			// in the answers after.
 			want = store.Result{Allowed: want.Allowed, Remaining: want.Remaining, RetryIn: want.RetryIn, ResetIn: want.ResetIn}
