@@ -212,7 +212,7 @@ func TestSpendGCRAAnswersAsDoOne(t *testing.T) {
 		case 0:
 			op.Key += strings.Repeat("-long", 8) // a wide bucket
 		case 1:
-			op.Key += strings.Repeat("-mid", 6) // hashed by maphash, in a slot
+			op.Key += strings.Repeat("-mid", 6) // 26 bytes, hashed by maphash
 		}
 		if r.IntN(4) != 0 {
 			op.Algorithm, op.Limit = store.GCRA, limits[r.IntN(len(limits))]
