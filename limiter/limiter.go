@@ -225,9 +225,10 @@ func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) 
 // bucket first, before any check (memory.Store.PrefetchGCRA), then hands
 // the hash to the store with the checked limit: the bucket's load
 // overlaps the checks, and the key is hashed once. Over a million
-// buckets that took 3 to 18 ns off a decision by the medians of
-// alternated runs, most with keys of 36 and 57 bytes (BENCHMARKS.md,
-// "The key hashed once, before the limiter's checks").
+// buckets that took 4 to 17 ns off a decision in BenchmarkPeers by the
+// medians of alternated runs, the most with 57-byte keys, and 43 with
+// 25-byte keys (BENCHMARKS.md, "The key hashed once, before the
+// limiter's checks").
 func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind Kind) (Decision, error) {
 	if l.mem != nil {
 		at := l.mem.PrefetchGCRA(key)
