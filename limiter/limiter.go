@@ -232,7 +232,7 @@ func (l *Limiter) Spend(ctx context.Context, txn Transaction) (Decision, error) 
 func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind Kind) (Decision, error) {
 	if l.mem != nil {
 		at := l.mem.PrefetchGCRA(key)
-		if !txn.Disabled && txn.Window.Length == 0 && key != "" && txn.Cost >= 0 && txn.Cost <= txn.Limit.Burst {
+		if plainGCRA(key, txn.Disabled, txn.Window.Length, txn.Cost, txn.Limit.Burst) {
 			if p, ok := txn.Limit.ValidParams(); ok {
 				allowed, remaining, retryIn, resetIn := l.mem.SpendGCRAHashed(at, l.clock, key, p, txn.Cost, kind == CheckOnly)
 				return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
@@ -241,7 +241,7 @@ func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind 
 		txn.Kind = kind
 		return l.one(ctx, &txn)
 	}
-	if l.spender != nil && !txn.Disabled && txn.Window.Length == 0 && key != "" && txn.Cost >= 0 && txn.Cost <= txn.Limit.Burst {
+	if l.spender != nil && plainGCRA(key, txn.Disabled, txn.Window.Length, txn.Cost, txn.Limit.Burst) {
 		if p, ok := txn.Limit.ValidParams(); ok {
 			allowed, remaining, retryIn, resetIn := l.spender.SpendGCRA(l.clock, key, p, txn.Cost, kind == CheckOnly)
 			return Decision{Allowed: allowed, Remaining: remaining, RetryIn: retryIn, ResetIn: resetIn}, nil
@@ -249,6 +249,15 @@ func (l *Limiter) single(ctx context.Context, key string, txn Transaction, kind 
 	}
 	txn.Kind = kind
 	return l.one(ctx, &txn)
+}
+
+// plainGCRA reports whether a Spend or Check of key, from a transaction
+// with these fields, is one a store.Spender answers once its limit is
+// valid: enabled, a GCRA limit (no window), a key, and a cost from 0 to
+// the burst. It takes the fields, not the Transaction: passed whole, the
+// Transaction was copied into single's frame first.
+func plainGCRA(key string, disabled bool, window time.Duration, cost, burst int64) bool {
+	return !disabled && window == 0 && key != "" && cost >= 0 && cost <= burst
 }
 
 // SpendFor spends cost from the bucket of id under the limit name in set:
