@@ -16,7 +16,9 @@
 // fresh ones (see fresh), the buckets made in calling order and, with
 // fresh keys, in another (see apart), and with longer keys (see long and
 // longer).
-// BenchmarkFloor is the least any of them must do.
+// BenchmarkFloor is the least any of them must do, and BenchmarkFloorTail
+// how much work may wait on a decision's bucket before one decision keeps
+// the next from starting.
 // BenchmarkCreationOrder times them with the keys asked for in the order
 // their buckets were made, and BenchmarkNotInlined what limiter.Spend
 // costs a caller that calls it through an interface.
