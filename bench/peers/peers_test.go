@@ -442,6 +442,26 @@ func BenchmarkCachedBuckets(b *testing.B) {
 	}
 }
 
+// floor is the table of lines, and the locks, that BenchmarkFloor and
+// BenchmarkFloorTail decide on: a line for every two keys, 128 MiB, in
+// Go's heap.
+type floor struct {
+	seed  maphash.Seed
+	lines [][8]int64
+	mask  uint64
+	locks [256]struct {
+		sync.Mutex
+		_ [56]byte
+	}
+}
+
+// newFloor returns a floor with its lines zeroed.
+func newFloor() *floor {
+	f := &floor{seed: maphash.MakeSeed(), lines: make([][8]int64, 2*nKeys)}
+	f.mask = uint64(len(f.lines) - 1)
+	return f
+}
+
 // BenchmarkFloor is no limiter: it does, on the same keys in the same
 // order, the least an exact limiter must do for a decision — hash the
 // key (reading its bytes), then read and write the one 64-byte line that
@@ -461,13 +481,8 @@ func BenchmarkCachedBuckets(b *testing.B) {
 // keeps its larger tables on Linux (store/memory/arena_linux.go), which
 // spares each access its TLB miss.
 func BenchmarkFloor(b *testing.B) {
-	seed := maphash.MakeSeed()
-	lines := make([][8]int64, 2*nKeys)
-	mask := uint64(len(lines) - 1)
-	var locks [256]struct {
-		sync.Mutex
-		_ [56]byte
-	}
+	f := newFloor()
+	seed, lines, mask, locks := f.seed, f.lines, f.mask, &f.locks
 	b.Run("hash+line", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			h := maphash.String(seed, keys[i&(nKeys-1)])

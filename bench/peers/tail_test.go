@@ -3,7 +3,6 @@ package peers
 import (
 	"hash/maphash"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -30,13 +29,8 @@ var sinkTail int64
 //
 //	cd bench/peers && go test -run '^$' -bench FloorTail -cpu 1
 func BenchmarkFloorTail(b *testing.B) {
-	seed := maphash.MakeSeed()
-	lines := make([][8]int64, 2*nKeys)
-	mask := uint64(len(lines) - 1)
-	var locks [256]struct {
-		sync.Mutex
-		_ [56]byte
-	}
+	f := newFloor()
+	seed, lines, mask, locks := f.seed, f.lines, f.mask, &f.locks
 	p := gcra.Limit{Burst: burst, Count: 1, Period: time.Hour}.Params()
 	var n int64
 	noClock := func() int64 { n++; return n }
