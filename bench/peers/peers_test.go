@@ -443,7 +443,7 @@ func BenchmarkCachedBuckets(b *testing.B) {
 }
 
 // floor is the table of lines, and the locks, that BenchmarkFloor and
-// BenchmarkFloorTail decide on: a line for every two keys, 128 MiB, in
+// BenchmarkFloorTail decide on: two lines for every key, 128 MiB, in
 // Go's heap.
 type floor struct {
 	seed  maphash.Seed

@@ -20,12 +20,13 @@ var sinkTail int64
 // ("chain=n"), or a GCRA spend's arithmetic on it taken as the bucket's
 // TAT ("gcra": gcra.Params.SpendValues, the new TAT written back). It
 // measures how much work can wait on one decision's bucket before that
-// decision keeps the next one's loads from starting: while the line is on
-// its way, the processor runs ahead into the next call (its key, hash and
-// prefetch) only as long as it has room for the instructions waiting on
-// the line. Each variant runs without a clock (a count, so that the line
-// is still written each time) and with Sluice's clock, with the keys the
-// buckets were made with and with fresh ones, serially.
+// decision keeps the next one's loads from starting. While the line is
+// on its way, the processor can run ahead into the next call (its key,
+// hash and prefetch), presumably only as long as it has room for the
+// instructions waiting on the line. Each variant runs without a clock (a
+// count, so that the line is still written each time) and with Sluice's
+// clock, with the rounds' keys (keys) and with fresh copies (fresh),
+// serially.
 //
 //	cd bench/peers && go test -run '^$' -bench FloorTail -cpu 1
 func BenchmarkFloorTail(b *testing.B) {
