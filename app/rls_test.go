@@ -436,6 +436,28 @@ func TestLimitOverride(t *testing.T) {
 	}
 }
 
+// TestALimitOverrideOfAnotherUnitCountsApart: a request's limit override
+// of another unit than the rule's counts in a window of its own, as in
+// envoyproxy/ratelimit, whose Redis key ends in the window's start: the
+// rule's count goes on between the override's hits, and the override's
+// between the rule's.
+func TestALimitOverrideOfAnotherUnitCountsApart(t *testing.T) {
+	ta := start(t, map[string]string{"modes.yaml": modesConfig}, nil)
+	ta.clock.Add(90 * time.Second) // the minute and the hour start apart
+	plain := &rlsv3.RateLimitRequest{Domain: "modes", Descriptors: []*rlcommon.RateLimitDescriptor{desc("counter", "u")}}
+	d := desc("counter", "u")
+	d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+	overridden := &rlsv3.RateLimitRequest{Domain: "modes", Descriptors: []*rlcommon.RateLimitDescriptor{d}}
+	for i := uint32(1); i <= 3; i++ {
+		if st := ta.askReq(t, plain).Statuses[0]; st.LimitRemaining != 10-i {
+			t.Fatalf("the rule's hit %d: got %v, want %d remaining of its 10 a minute", i, st, 10-i)
+		}
+		if st := ta.askReq(t, overridden).Statuses[0]; st.LimitRemaining != 5-i {
+			t.Fatalf("the override's hit %d: got %v, want %d remaining of its 5 an hour", i, st, 5-i)
+		}
+	}
+}
+
 func TestBurstExtensionUsesGCRA(t *testing.T) {
 	ta := start(t, map[string]string{"modes.yaml": modesConfig}, nil)
 	// burst 2 at 60 per minute: two at once, then one a second.

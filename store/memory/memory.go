@@ -418,6 +418,24 @@ func (s *Store) hash(key string) (uint64, int) {
 	return h | 1, int((h >> 1) & s.mask)
 }
 
+// opHash is hash for op's bucket. A FixedWindow bucket's hash holds its
+// window's length too, so that windows of different lengths on one key
+// (a rule's, and a request's limit override of another unit) are buckets
+// of their own, as in Redis, where each window is a key of its own (the
+// key and the window's start). Two lengths' hashes differ by a nonzero
+// multiple of 2 (the length in seconds times an odd number, doubled, which
+// no length up to 2^62 seconds maps to 0), in bits that every slot and
+// entry compares before the key: neither bucket is ever found as the
+// other, nor as the key's GCRA bucket.
+func (s *Store) opHash(op *store.Op) (uint64, int) {
+	h, i := s.hash(op.Key)
+	if op.Algorithm == store.FixedWindow {
+		h ^= uint64(op.Window.Length/time.Second) * 0x9e3779b97f4a7c15 << 1
+		i = int((h >> 1) & s.mask)
+	}
+	return h, i
+}
+
 // hashShort is hash for a key of n <= keybuf.Max bytes given as
 // keybuf.Words gives it: the words, each xored with a secret of the
 // Store's, multiplied into 128 bits, and the halves xored together and
@@ -439,7 +457,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 		// One op is its own batch: nothing for all-or-nothing to block.
 		// Its slot is asked for before the checks, which then overlap the
 		// load.
-		h, i := s.hash(ops[0].Key)
+		h, i := s.opHash(&ops[0])
 		sh := &s.shards[i]
 		// (Each decision's two prefetches and the test between them are
 		// written out where they are made: a helper doing all three is
@@ -473,7 +491,7 @@ func (s *Store) Do(_ context.Context, now time.Time, b store.Batch, out []store.
 // reading it first would leave the slot's load, most often from memory
 // when there are many buckets, to start only after it.
 func (s *Store) DoOne(_ context.Context, clk clock.Clock, op store.Op) (store.Result, error) {
-	h, i := s.hash(op.Key)
+	h, i := s.opHash(&op)
 	sh := &s.shards[i]
 	if wideFor(len(op.Key), op.Algorithm == store.FixedWindow) {
 		sh.prefetchWide(h)
@@ -657,7 +675,7 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		idx, hashes = make([]int, 0, len(ops)), make([]uint64, 0, len(ops))
 	}
 	for i := range ops {
-		h, shard := s.hash(ops[i].Key)
+		h, shard := s.opHash(&ops[i])
 		hashes = append(hashes, h)
 		idx = append(idx, shard)
 		// Ask for every bucket's slot (or entry) before waiting on any:

@@ -180,70 +180,86 @@ func TestChurnSettlesTheTable(t *testing.T) {
 	}
 }
 
-// TestABucketChangesKind spends from keys as GCRA buckets, then as fixed
-// windows, and back, twice each time: each change of kind starts the
-// bucket afresh (the other kind's state is no state of its own), the
-// second spend of each pair sees the first, and the shard ends holding
-// each key once, after every round, its wide buckets and long keys'
-// records exactly those of its buckets, each wide bucket counting its
-// second line's bytes. The keys' lengths are kept in the slot by either
-// kind (10), in the slot by a GCRA bucket and in a wide one by a fixed
-// window (30, 40: the bucket is made afresh in the other table at each
-// change), in a wide bucket by either kind (41, 60, 88), and in the long
-// keys (89, 100).
-func TestABucketChangesKind(t *testing.T) {
+// TestAKeyHoldsABucketOfEachKind spends from keys as GCRA buckets, then as
+// fixed windows of an hour, then of a minute, and again, twice each time:
+// a key's GCRA bucket and its windows of each length are buckets apart,
+// as in Redis (where a window is the key and the window's start), so each
+// round goes on from the same kind's last round, and the shard holds
+// every key three times, its wide buckets and long keys' records exactly
+// those of its buckets, each wide bucket counting its second line's bytes.
+// Once the minute has ended, its windows start afresh in the buckets they
+// had. The keys' lengths are kept in the slot by either kind (10), in the
+// slot by a GCRA bucket and in a wide one by a fixed window (30, 40), in
+// a wide bucket by either kind (41, 60, 88), and in the long keys (89,
+// 100).
+func TestAKeyHoldsABucketOfEachKind(t *testing.T) {
 	for _, n := range []int{10, 30, 40, 41, 60, 88, 89, 100} {
 		s := New(Options{Shards: 1})
 		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 		ctx := context.Background()
-		g := store.Op{Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 5, Count: 1, Period: time.Hour}, Cost: 1}
-		w := store.Op{Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 4, Length: time.Hour}, Cost: 1}
+		g := store.Op{Algorithm: store.GCRA, Kind: store.Spend, Limit: gcra.Limit{Burst: 7, Count: 1, Period: time.Hour}, Cost: 1}
+		hour := store.Op{Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 5, Length: time.Hour}, Cost: 1}
+		minute := store.Op{Algorithm: store.FixedWindow, Kind: store.Spend, Window: store.Window{Limit: 4, Length: time.Minute}, Cost: 1}
 		keys := make([]string, 300)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("%0*d", n, i)
 		}
-		for round, op := range []store.Op{g, w, g, w, g} {
-			limit := g.Limit.Burst
-			if op.Algorithm == store.FixedWindow {
-				limit = w.Window.Limit
-			}
+		sh := &s.shards[0]
+		spend := func(round int, op store.Op, limit, before int64) {
+			t.Helper()
 			for _, k := range keys {
 				op.Key = k
-				for spent := int64(1); spent <= 2; spent++ {
+				for spent := before + 1; spent <= before+2; spent++ {
 					r, err := s.DoOne(ctx, clk, op)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if !r.Allowed || r.Remaining != limit-spent {
-						t.Fatalf("%d-byte key %q, round %d (%v), spend %d: got %+v, want %d remaining", n, k, round, op.Algorithm, spent, r, limit-spent)
+						t.Fatalf("%d-byte key %q, round %d (%v, %s), spend %d: got %+v, want %d remaining", n, k, round, op.Algorithm, op.Window.Length, spent, r, limit-spent)
 					}
 				}
 			}
-			sh := &s.shards[0]
-			window := op.Algorithm == store.FixedWindow
-			over := int64(EntryOverhead)
-			if wideFor(n, window) {
-				over += LineOverhead
+		}
+		kept := func(round int, kinds int, bytes int64) {
+			t.Helper()
+			if want := int64(len(keys)) * bytes; sh.tab.count() != kinds*len(keys) || sh.bytes != want {
+				t.Fatalf("%d-byte keys, round %d: %d buckets of %d bytes, want %d of %d", n, round, sh.tab.count(), sh.bytes, kinds*len(keys), want)
 			}
-			if want := int64(len(keys)) * (int64(n) + over); sh.tab.count() != len(keys) || sh.bytes != want {
-				t.Fatalf("%d-byte keys, round %d (%v): %d buckets of %d bytes, want %d of %d", n, round, op.Algorithm, sh.tab.count(), sh.bytes, len(keys), want)
-			}
+			checkLong(t, &sh.tab)
+			checkWide(t, &sh.tab)
 		}
-		sh := &s.shards[0]
-		wide := n > inlineKey && n <= maxWideKey
-		over := int64(EntryOverhead)
-		if wide {
-			over += LineOverhead
+		gcraBytes, windowBytes := cost(n, false), cost(n, true)
+		spend(0, g, 7, 0)
+		kept(0, 1, gcraBytes)
+		spend(1, hour, 5, 0)
+		kept(1, 2, gcraBytes+windowBytes)
+		spend(2, minute, 4, 0)
+		kept(2, 3, gcraBytes+2*windowBytes)
+		spend(3, g, 7, 2)
+		spend(4, hour, 5, 2)
+		spend(5, minute, 4, 2)
+		kept(5, 3, gcraBytes+2*windowBytes)
+		clk.Add(time.Minute)
+		spend(6, minute, 4, 0)
+		kept(6, 3, gcraBytes+2*windowBytes)
+		if wide, want := sh.tab.wide.n, len(keys)*(wideKinds(n)); wide != want {
+			t.Fatalf("%d-byte keys: %d wide buckets, want %d", n, wide, want)
 		}
-		if want := int64(len(keys)) * (int64(n) + over); sh.tab.count() != len(keys) || sh.bytes != want {
-			t.Fatalf("%d-byte keys: %d buckets of %d bytes, want %d of %d", n, sh.tab.count(), sh.bytes, len(keys), want)
-		}
-		if held := sh.tab.wide.n; wide && held != len(keys) || !wide && held != 0 {
-			t.Fatalf("%d-byte keys: %d wide buckets of %d, want wide %v", n, held, len(keys), wide)
-		}
-		checkLong(t, &sh.tab)
-		checkWide(t, &sh.tab)
 	}
+}
+
+// wideKinds is how many of a key of n bytes' three buckets in
+// TestAKeyHoldsABucketOfEachKind are wide: its GCRA bucket's and its two
+// windows'.
+func wideKinds(n int) int {
+	k := 0
+	if wideFor(n, false) {
+		k++
+	}
+	if wideFor(n, true) {
+		k += 2
+	}
+	return k
 }
 
 // TestShardLayout checks what shard's layout promises: a whole number of
@@ -275,12 +291,12 @@ func TestShardLayout(t *testing.T) {
 	}
 }
 
-// TestSpendGCRAReplacesAWindow: SpendGCRA on a key whose bucket is a
-// fixed window starts a GCRA bucket afresh and leaves the key one bucket,
-// whether the two kinds keep the key in one place (10, 60 bytes) or in
-// two (30: the window in a wide bucket, the GCRA bucket in a slot); a
-// window spent after it starts afresh too.
-func TestSpendGCRAReplacesAWindow(t *testing.T) {
+// TestSpendGCRALeavesAWindowApart: SpendGCRA on a key that has a fixed
+// window makes the key's GCRA bucket beside it, whether the two kinds keep
+// the key in one place (10, 60 bytes) or in two (30: the window in a wide
+// bucket, the GCRA bucket in a slot); the window spent after it goes on
+// from its count.
+func TestSpendGCRALeavesAWindowApart(t *testing.T) {
 	for _, n := range []int{10, 30, 60} {
 		s := New(Options{Shards: 1})
 		sh := &s.shards[0]
@@ -306,15 +322,15 @@ func TestSpendGCRAReplacesAWindow(t *testing.T) {
 				t.Fatalf("%d-byte key, GCRA: allowed %v with %d remaining, want %d", n, ok, left, want)
 			}
 		}
-		if got, want := sh.tab.count(), 1; got != want {
+		if got, want := sh.tab.count(), 2; got != want {
 			t.Fatalf("%d-byte key: %d buckets, want %d", n, got, want)
 		}
-		if got, want := sh.bytes, cost(n, false); got != want {
+		if got, want := sh.bytes, cost(n, false)+cost(n, true); got != want {
 			t.Fatalf("%d-byte key: %d bytes counted, want %d", n, got, want)
 		}
-		spendWindow(3)
-		if got := sh.tab.count(); got != 1 {
-			t.Fatalf("%d-byte key: %d buckets after the window again, want 1", n, got)
+		spendWindow(1)
+		if got := sh.tab.count(); got != 2 {
+			t.Fatalf("%d-byte key: %d buckets after the window again, want 2", n, got)
 		}
 	}
 }

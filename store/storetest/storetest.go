@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"a batch that is not all-or-nothing spends each allowed operation", independentBatch},
 		{"a fixed window counts every hit and starts again at the next window", fixedWindow},
 		{"a fixed window check peeks and a refund never goes below zero", fixedWindowCheckAndRefund},
+		{"windows of two lengths on one key count apart", windowLengths},
 		{"a bucket that has refilled behaves like a new one", refilledBucket},
 		{"a cost far above the burst is denied and a huge refund fills the bucket", hugeCosts},
 		{"a batch naming one bucket twice is refused", duplicateBucket},
@@ -320,6 +321,28 @@ func fixedWindowCheckAndRefund(t *testing.T, s store.Store) {
 	r = one(t, s, now, windowOp("fwc_", store.Spend, 10, time.Hour, 1))
 	if r.Count != 1 {
 		t.Fatalf("hit after refunds: got count %d, want 1", r.Count)
+	}
+}
+
+// windowLengths spends from one key's windows of an hour and of a minute
+// in turn, as a rule and a request's limit override of another unit count
+// the same descriptor: each window keeps its own count (in Redis each is
+// a key of its own, the key and the window's start).
+func windowLengths(t *testing.T, s store.Store) {
+	now := Base().Add(90 * time.Second) // the hour began 90s ago, the minute 30s ago
+	for i := int64(1); i <= 3; i++ {
+		r := one(t, s, now, windowOp("fwl_", store.Spend, 10, time.Hour, 1))
+		if r.Count != i || r.Remaining != 10-i || r.ResetIn != time.Hour-90*time.Second {
+			t.Fatalf("hour window, hit %d: got %+v, want count %d, %d remaining, reset in 58m30s", i, r, i, 10-i)
+		}
+		r = one(t, s, now, windowOp("fwl_", store.Spend, 10, time.Minute, 2))
+		if r.Count != 2*i || r.Remaining != 10-2*i || r.ResetIn != 30*time.Second {
+			t.Fatalf("minute window, hits %d: got %+v, want count %d, %d remaining, reset in 30s", 2*i, r, 2*i, 10-2*i)
+		}
+	}
+	r := one(t, s, now, windowOp("fwl_", store.Check, 10, time.Hour, 0))
+	if r.Count != 3 {
+		t.Fatalf("hour window, peek: got %+v, want count 3", r)
 	}
 }
 
