@@ -118,7 +118,8 @@ func (c *overLimitCache) set(key string) ([]slot, *sync.Mutex, uint64, uint64) {
 // lookup reports the cached decision of t, a CheckAndSpend or CheckOnly
 // transaction, at at: over the limit, as the store would answer it, when
 // t's bucket is in the cache with the same limit and is still over it. An
-// entry that does not answer is dropped.
+// entry that does not answer is dropped; the key's entries for other
+// limits, or windows of another length, are other entries, and stay.
 func (c *overLimitCache) lookup(t *Transaction, at time.Time) (Decision, bool) {
 	set, mu, h1, h2 := c.set(t.Key)
 	defer mu.Unlock()
@@ -131,23 +132,36 @@ func (c *overLimitCache) lookup(t *Transaction, at time.Time) (Decision, bool) {
 		if stale {
 			*e = slot{}
 		}
-		return d, ok
+		if ok {
+			return d, true
+		}
 	}
 	return Decision{}, false
 }
 
-// decide is lookup's answer from e, t's entry, and whether the entry is
-// to be dropped: it has ended, or t is to go to the store and may change
-// the bucket.
+// holds reports whether e is the entry of t's bucket and limit: the same
+// kind, limit and window length (the key's hashes aside). A key counted
+// with several windows or limits (a rule's, and a request's override of
+// it) has an entry for each.
+func (e *slot) holds(t *Transaction) bool {
+	if t.Window.Length != 0 {
+		return e.alg == 'w' && t.Window.Limit == e.a && int64(t.Window.Length) == e.b
+	}
+	return e.alg == 'g' && t.Limit == (gcra.Limit{Burst: e.a, Count: e.b, Period: time.Duration(e.x)})
+}
+
+// decide is lookup's answer from e, an entry of t's key, and whether the
+// entry is to be dropped: it has ended, or it is t's and t is to go to
+// the store and may change the bucket.
 func (e *slot) decide(t *Transaction, at time.Time) (d Decision, ok, stale bool) {
 	now := at.UnixNano()
-	if now < e.from || now >= e.until {
-		return Decision{}, false, now >= e.until
+	if now >= e.until {
+		return Decision{}, false, true
+	}
+	if now < e.from || !e.holds(t) {
+		return Decision{}, false, false
 	}
 	if t.Window.Length != 0 {
-		if e.alg != 'w' || t.Window.Limit != e.a || int64(t.Window.Length) != e.b {
-			return Decision{}, false, true
-		}
 		// The window's count is over its limit: any hit, and any peek,
 		// is over until the window ends. Count is the count last seen,
 		// plus the hits for a spend, as the store would have counted
@@ -159,9 +173,6 @@ func (e *slot) decide(t *Transaction, at time.Time) (d Decision, ok, stale bool)
 		}
 		left := window.ResetIn(at, e.b/int64(time.Second)) // whole seconds, as the store says
 		return Decision{Remaining: 0, RetryIn: left, ResetIn: left, Count: x, Cached: true}, true, false
-	}
-	if e.alg != 'g' || t.Limit != (gcra.Limit{Burst: e.a, Count: e.b, Period: time.Duration(e.x)}) {
-		return Decision{}, false, true
 	}
 	// The bucket's TAT is until, unless another caller has spent since,
 	// which only makes the answer stricter than the store's: decide as
@@ -198,7 +209,7 @@ func (c *overLimitCache) remember(t *Transaction, at time.Time, d *Decision) {
 	e.h1, e.h2 = h1, h2
 	victim := -1
 	for i := range set {
-		if s := &set[i]; s.h1 == h1 && s.h2 == h2 && s.alg != 0 {
+		if s := &set[i]; s.h1 == h1 && s.h2 == h2 && s.holds(t) {
 			victim = i
 			break
 		}

@@ -358,6 +358,30 @@ func TestLocalCacheRules(t *testing.T) {
 			t.Fatalf("got %d store operations, want 1", n)
 		}
 	})
+	t.Run("the key asked with another window or limit keeps the entry", func(t *testing.T) {
+		// A rule's window and a request's limit overrides of it, on one
+		// descriptor: each is an entry of its own, and asking for one
+		// never drops another.
+		l, cs, _ := setup(t)
+		count(t, l, win(4, 0))
+		others := []limiter.Transaction{
+			{Key: "w", Window: limiter.Window{Limit: 10, Length: time.Minute}, Cost: 1},
+			{Key: "w", Window: limiter.Window{Limit: 3, Length: time.Hour}, Cost: 1},
+			{Key: "w", Limit: gcra.Limit{Burst: 3, Count: 3, Period: time.Minute}, Cost: 1},
+		}
+		for _, o := range others {
+			if d := count(t, l, o)[0]; !d.Allowed || d.Cached {
+				t.Fatalf("%+v: got %+v, want allowed by the store", o, d)
+			}
+		}
+		before := cs.ops.Load()
+		if d := count(t, l, win(1, 0))[0]; d.Allowed || !d.Cached || d.Count != 5 {
+			t.Fatalf("the first window again: got %+v, want over from the cache, count 5", d)
+		}
+		if n := cs.ops.Load() - before; n != 0 {
+			t.Fatalf("got %d store operations, want 0", n)
+		}
+	})
 	t.Run("the cache is off by default and with a size of zero", func(t *testing.T) {
 		cs := &countingStore{Store: memory.New(memory.Options{})}
 		l := limiter.NewWithOptions(cs, clock.NewFake(storetest.Base()), limiter.Options{})
