@@ -244,8 +244,9 @@ func BenchmarkSpendGCRAKeyInBuffer(b *testing.B) {
 
 // BenchmarkNewBucketsBesideWide makes a new GCRA bucket under a 36-byte
 // key per decision, in a store already holding 1,048,576 wide buckets
-// (57-byte keys): what a new bucket whose place depends on its kind
-// costs while the other table is large.
+// (57-byte keys): what a new bucket under a key whose place depends on
+// its kind (a GCRA bucket in a slot, a window wide) costs while the other
+// table is large.
 func BenchmarkNewBucketsBesideWide(b *testing.B) {
 	s := memory.New(memory.Options{MaxBytes: 1 << 31, MaxEntries: 1 << 23})
 	defer s.Close()

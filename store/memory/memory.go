@@ -166,7 +166,7 @@ type shard struct {
 // line. It is written out, not computed from the fields' sizes: through an
 // embedded struct, shard's fields cost the inliner more, and prefetchSlot
 // was no longer inlined (68bad68).
-const shardPad = 8 + 36*(8-unsafe.Sizeof(uintptr(0)))/4
+const shardPad = 24 + 28*(8-unsafe.Sizeof(uintptr(0)))/4
 
 // publish stores where tab's slots and wide buckets are, for
 // prefetchSlot and prefetchWide. requires sh.mu held, or no other user
@@ -588,7 +588,7 @@ func (s *Store) spendWide(sh *shard, h uint64, clk clock.Clock, key string, p gc
 	sh.mu.Lock()
 	i, ok := sh.tab.wide.find(h, key)
 	tat := nowNs
-	if e := &sh.tab.wide; ok && !e.e[i].isWindow() && e.e[i].exp > nowNs {
+	if e := &sh.tab.wide; ok && e.e[i].exp > nowNs {
 		tat = e.e[i].exp
 	}
 	granted, rem, retry, reset, next := p.SpendValues(nowNs, tat, cost)
@@ -598,9 +598,7 @@ func (s *Store) spendWide(sh *shard, h uint64, clk clock.Clock, key string, p gc
 			r = sh.put(h, key, false, nowNs)
 		}
 		if r >= 0 {
-			e := sh.tab.at(r)
-			e.exp = next
-			e.klen &^= windowBit // as setKind(r, false)
+			sh.tab.at(r).exp = next
 		}
 	}
 	sh.mu.Unlock()
@@ -719,7 +717,7 @@ func (s *Store) doMany(b store.Batch, now time.Time, nowNs int64, out []store.Re
 		// again.
 		sh := &s.shards[idx[i]]
 		slot := -1
-		if j, ok := sh.findAny(hashes[i], ops[i].Key, ops[i].Algorithm == store.FixedWindow); ok {
+		if j, ok := sh.tab.find(hashes[i], ops[i].Key, ops[i].Algorithm == store.FixedWindow); ok {
 			slot = j
 		}
 		sh.do(writes[i], hashes[i], &ops[i], states[i], slot, nowNs)
@@ -738,17 +736,6 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 			if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
 				return
 			}
-		} else if sh.tab.at(slot).isWindow() != window {
-			if !movesWithKind(len(op.Key)) {
-				sh.tab.setKind(slot, window)
-			} else {
-				// Its place depends on its kind: it is made afresh
-				// where the other kind keeps it (with its cost).
-				sh.drop(slot)
-				if slot = sh.put(h, op.Key, window, nowNs); slot < 0 {
-					return
-				}
-			}
 		}
 		// The bucket may be dropped once it is full again: past its TAT,
 		// or at the end of its window.
@@ -766,56 +753,30 @@ func (sh *shard) do(w store.Write, h uint64, op *store.Op, next store.State, slo
 	}
 }
 
-// get returns the state of op's bucket, whose hash is h: missing when the
-// shard holds none, an expired one (full again) or one of the other
-// algorithm; and the bucket's ref in the table, live or not, or -1 when
-// there is none (an expired bucket is left for do to overwrite, or for a
-// sweep). requires sh.mu held.
+// get returns the state of op's bucket, whose hash is h (Store.opHash):
+// missing when the shard holds none or an expired one (full again); and
+// the bucket's ref in the table, live or not, or -1 when there is none
+// (an expired bucket is left for do to overwrite, or for a sweep).
+// requires sh.mu held.
 func (sh *shard) get(h uint64, op *store.Op, nowNs int64) (st store.State, slot int) {
-	i, ok := sh.findAny(h, op.Key, op.Algorithm == store.FixedWindow)
+	i, ok := sh.tab.find(h, op.Key, op.Algorithm == store.FixedWindow)
 	if !ok {
 		return store.State{}, -1
 	}
 	e := sh.tab.at(i)
-	window := e.isWindow()
 	switch {
-	case e.exp <= nowNs || window != (op.Algorithm == store.FixedWindow):
+	case e.exp <= nowNs:
 		return store.State{}, i
-	case window:
+	case e.isWindow():
 		start, count := sh.tab.window(i)
 		return store.State{Exists: true, Start: start, Count: count}, i
 	}
 	return store.State{Exists: true, TAT: e.exp}, i
 }
 
-// findAny returns the ref of the bucket under key, whose hash is h, of
-// either kind, looking first where a bucket of the kind given (a
-// FixedWindow one when window) is kept, and true; or -1 and false.
-// requires sh.mu held.
-func (sh *shard) findAny(h uint64, key string, window bool) (int, bool) {
-	if i, ok := sh.tab.find(h, key, window); ok {
-		return i, true
-	}
-	return sh.findOther(h, key, window)
-}
-
-// findOther returns the ref of the bucket under key, whose hash is h, of
-// the other kind than the one given, kept in the other table
-// (movesWithKind), and true; or -1 and false. It looks only while the
-// table holds such buckets (table.movers). requires sh.mu held.
-func (sh *shard) findOther(h uint64, key string, window bool) (int, bool) {
-	if movesWithKind(len(key)) && sh.tab.holdsMovers(!window) {
-		if i, ok := sh.tab.find(h, key, !window); ok {
-			return i, true
-		}
-	}
-	return -1, false
-}
-
 // put adds a bucket under key, with hash h, a FixedWindow bucket when
 // window, else a GCRA one, which the shard does not hold, and returns its
-// ref. A bucket of the other kind under key, kept in the other table
-// (movesWithKind), is removed first. When the shard is full it makes
+// ref. When the shard is full it makes
 // room by removing expired buckets only; when that is not enough the new
 // key is not stored, counted as refused, and put returns -1. requires
 // sh.mu held.
@@ -824,11 +785,6 @@ func (sh *shard) put(h uint64, key string, window bool, nowNs int64) int {
 	if sh.inserts >= sweepEvery {
 		sh.inserts = 0
 		sh.sweep(nowNs, sweepBudget)
-	}
-	// A bucket of the other kind under key is in the other table: a
-	// change of kind starts afresh, and a key has one bucket.
-	if r, ok := sh.findOther(h, key, window); ok {
-		sh.drop(r)
 	}
 	c := cost(len(key), window)
 	if !sh.fits(c) && !sh.makeRoom(nowNs, c) {

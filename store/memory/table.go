@@ -44,10 +44,10 @@ const (
 // when the bucket is full again: exp. A FixedWindow bucket's window, its
 // first Unix second and its count, takes the last 16 bytes of key (see
 // window), after its first inlineWindowKey. A key is kept where its
-// length and its bucket's kind keep it (wideFor, inlineLen); a bucket
-// that changes kind stays where it is (setKind) unless that depends on
-// its kind (movesWithKind). A wide bucket's slot is the first half of its
-// entry (wide).
+// length and its bucket's kind keep it (wideFor, inlineLen). A key's
+// GCRA bucket and its windows of each length are buckets apart, under
+// hashes of their own (Store.opHash): a bucket never changes kind. A wide
+// bucket's slot is the first half of its entry (wide).
 type slot struct {
 	hash uint64 // the key's hash with its low bit set; 0 marks an empty slot
 	exp  int64  // the Unix nanosecond at which the bucket is full again; GCRA: its TAT
@@ -94,19 +94,10 @@ func (s *slot) base() *slot { return s }
 // top bits of its hash (the shard is chosen by the low ones), and removal
 // shifts the buckets after it back, so that no tombstones build up.
 type table struct {
-	slots []slot
-	shift uint // 64 - log2(len(slots))
-	n     int  // buckets held in slots
-	wide  wides
-	// movers counts the buckets under keys whose place depends on their
-	// kind (movesWithKind): [0] the GCRA ones, in slots, [1] the
-	// FixedWindow ones, wide. A new bucket, or a lookup of either kind,
-	// looks for one of the other kind only while it counts some: with a
-	// million wide buckets held, a new 36-byte bucket took 499–746 ns
-	// (median 661) with that lookup made every time, against 400–690
-	// (median 524) without, over 11 alternated runs
-	// (BenchmarkNewBucketsBesideWide).
-	movers [2]int
+	slots  []slot
+	shift  uint // 64 - log2(len(slots))
+	n      int  // buckets held in slots
+	wide   wides
 	long   longKeys
 	cursor int  // where the next sweep starts
 	moved  bool // slots moved since the shard last published them
@@ -154,18 +145,6 @@ func (t *table) setWindow(r int, start, count int64) {
 	t.slots[r].setWindow(start, count)
 }
 
-// kindIndex is movers' index for a bucket of the kind given.
-func kindIndex(window bool) int {
-	if window {
-		return 1
-	}
-	return 0
-}
-
-// holdsMovers reports whether the table holds a bucket of the kind given
-// under a key whose place depends on its kind.
-func (t *table) holdsMovers(window bool) bool { return t.movers[kindIndex(window)] > 0 }
-
 // count returns the buckets held.
 func (t *table) count() int { return t.n + t.wide.n }
 
@@ -177,8 +156,6 @@ func (t *table) home(h uint64) int { return int(h >> t.shift) }
 // bit set), in the table that holds it as a bucket of the kind given (a
 // FixedWindow one when window), and true; or, when that table is the
 // slots, the empty slot where it would go, and false; or -1 and false.
-// A bucket of the other kind under key is found when its place does not
-// depend on its kind (see movesWithKind and shard.findAny).
 func (t *table) find(h uint64, key string, window bool) (int, bool) {
 	if wideFor(len(key), window) {
 		i, ok := t.wide.find(h, key)
@@ -232,12 +209,12 @@ func (t *table) findShort(h, lo, hi uint64, n int) (int, bool) {
 
 // gcraTAT returns, for the slot find answered, slot (-1 when the bucket
 // is missing) and the TAT a GCRA spend starts from: the bucket's, or
-// nowNs for a bucket missing, full again or a fixed window's.
+// nowNs for a bucket missing or full again.
 func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 	if !found {
 		return -1, nowNs
 	}
-	if e := &t.slots[slot]; !e.isWindow() && e.exp > nowNs {
+	if e := &t.slots[slot]; e.exp > nowNs {
 		return slot, e.exp
 	}
 	return slot, nowNs
@@ -245,23 +222,7 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 
 // setTAT makes the bucket in slot a GCRA bucket with TAT tat, which may
 // be dropped once full again, past it.
-func (t *table) setTAT(slot int, tat int64) {
-	e := &t.slots[slot]
-	e.exp = tat
-	e.klen &^= windowBit // as setKind(slot, false): a FixedWindow bucket in a slot has a key that stays there
-}
-
-// setKind makes the bucket at ref r a FixedWindow bucket when window,
-// else a GCRA one, where it is: for a key whose place does not depend on
-// its bucket's kind (not movesWithKind). A FixedWindow bucket's window is
-// left for the caller to set.
-func (t *table) setKind(r int, window bool) {
-	if s := t.at(r); window {
-		s.klen |= windowBit
-	} else {
-		s.klen &^= windowBit
-	}
-}
+func (t *table) setTAT(slot int, tat int64) { t.slots[slot].exp = tat }
 
 // insert adds key, with hash h, which the table does not hold, as a
 // FixedWindow bucket when window, else a GCRA one, and returns its ref,
@@ -272,9 +233,6 @@ func (t *table) setKind(r int, window bool) {
 func (t *table) insert(h uint64, key string, window bool) int {
 	if len(key) > maxKeyLen {
 		return -1
-	}
-	if movesWithKind(len(key)) {
-		t.movers[kindIndex(window)]++
 	}
 	if wideFor(len(key), window) {
 		return t.wide.insert(t.mem, h, key, window) | wideRef
@@ -304,9 +262,6 @@ func (t *table) insert(h uint64, key string, window bool) int {
 // remove deletes the bucket at ref r. Buckets after it in its run may
 // move back, into r among others.
 func (t *table) remove(r int) {
-	if s := t.at(r); movesWithKind(s.keyLen()) {
-		t.movers[kindIndex(s.isWindow())]--
-	}
 	if r&wideRef != 0 {
 		t.wide.remove(r &^ wideRef)
 		return

@@ -28,14 +28,6 @@ func wideFor(n int, window bool) bool { return n > inlineLen(window) && n <= max
 // isWide is wideFor for a GCRA bucket.
 func isWide(n int) bool { return wideFor(n, false) }
 
-// movesWithKind reports whether the bucket of a key of n bytes is in one
-// table as a GCRA bucket (its slot) and in the other as a FixedWindow
-// bucket (wide): a key of inlineWindowKey+1 to inlineKey bytes. Such a
-// bucket that changes kind is removed and made afresh in the other
-// table, and a new one removes a bucket of the other kind under its key
-// (shard.put), so that a key has one bucket at most.
-func movesWithKind(n int) bool { return n > inlineWindowKey && n <= inlineKey }
-
 // wide is a bucket whose key is longer than a GCRA bucket's slot keeps
 // and at most maxWideKey bytes: a slot, then the rest, two adjacent cache
 // lines in an entry of 128 bytes, aligned to 128 (TestWideLayout), so
