@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluice-rl/sluice/app"
 )
@@ -53,7 +55,15 @@ func runStatsScript(t *testing.T, ta *testApp) int {
 	}
 	ta.ask(t, "modes", desc("route", "api", "http_method", "GET"))
 	calls++
-	ta.ask(t, "nope", desc("user", "alice"))
+	// An unknown domain is counted once a descriptor, as upstream counts
+	// it.
+	ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*rlcommon.RateLimitDescriptor{desc("user", "alice"), desc("user", "bob")}})
+	calls++
+	// A limit override with no entries: upstream's stats key is the
+	// domain and a dot.
+	ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "modes", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}},
+	}})
 	calls++
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -83,7 +93,9 @@ func statsScriptCounters(calls int) map[string]uint64 {
 		"ratelimit.service.rate_limit.modes.shadow.shadow_mode":                 1,
 		"ratelimit.service.rate_limit.modes.route_api.http_method.total_hits":   1,
 		"ratelimit.service.rate_limit.modes.route_api.http_method.within_limit": 1,
-		"ratelimit.service.rate_limit.nope.domain_not_found":                    1,
+		"ratelimit.service.rate_limit.nope.domain_not_found":                    2,
+		"ratelimit.service.rate_limit.modes..total_hits":                        1,
+		"ratelimit.service.rate_limit.modes..within_limit":                      1,
 		"ratelimit.service.config_load_success":                                 1,
 		"ratelimit.service.config_load_error":                                   1,
 		"ratelimit.service.call.should_rate_limit.service_error":                1,
@@ -313,7 +325,9 @@ func TestPrometheusCompatSeriesHaveUpstreamNames(t *testing.T) {
 		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} ` + strconv.Itoa(calls),
 		`ratelimit_service_config_load_success 1`,
 		`ratelimit_service_config_load_error 1`,
-		`ratelimit_service_rate_limit_nope_domain_not_found 1`,
+		`ratelimit_service_rate_limit_nope_domain_not_found 2`,
+		`ratelimit_service_rate_limit_total_hits{domain="modes",key1=""} 1`,
+		`ratelimit_service_rate_limit_within_limit{domain="modes",key1=""} 1`,
 	}
 	// Upstream's series appear with their first count.
 	absent := []string{

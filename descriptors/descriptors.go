@@ -473,8 +473,9 @@ var ErrInvalidOverride = errors.New("invalid limit override")
 // entries in domain, as envoyproxy/ratelimit counts a descriptor that
 // carries a limit override: requestsPerUnit per window of unit (Envoy's
 // RateLimitUnit number) times multiplier (1 when hasMultiplier is false),
-// with the stats key "domain.key1_value1.key2" and the counter key of
-// AppendCacheKey. The error wraps ErrInvalidOverride.
+// with the stats key "domain.key1_value1.key2" ("domain." for no entries,
+// as upstream joins them) and the counter key of AppendCacheKey. The error
+// wraps ErrInvalidOverride.
 func Override(domain string, entries []Entry, unit int32, requestsPerUnit uint32, multiplier uint32, hasMultiplier bool) (*Rule, error) {
 	u := window.Unit(unit)
 	if u.Seconds() == 0 {
@@ -491,6 +492,9 @@ func Override(domain string, entries []Entry, unit int32, requestsPerUnit uint32
 	}
 	var key strings.Builder
 	key.WriteString(domain)
+	if len(entries) == 0 {
+		key.WriteByte('.')
+	}
 	for _, e := range entries {
 		key.WriteByte('.')
 		key.WriteString(e.Key)

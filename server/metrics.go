@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		withinLimit: rule("within_limit", "Hits within the rule's limit."),
 		shadowMode:  rule("shadow_mode", "Hits over the limit of a shadow-mode rule, answered OK."),
 		domainNotFound: prometheus.NewDesc("sluice_ratelimit_domain_not_found_total",
-			"Requests for a domain that no configuration file defines.", nil, nil),
+			"Descriptors asked for in a domain that no configuration defines (each descriptor of such a request, as envoyproxy/ratelimit counts them).", nil, nil),
 		globalShadow: prometheus.NewDesc("sluice_ratelimit_global_shadow_mode_total",
 			"Requests over the limit answered OK because of the global shadow mode.", nil, nil),
 	}

@@ -274,7 +274,8 @@ func (s *RLS) prepare(req *rlsv3.RateLimitRequest, sc *scratch) error {
 	domain := req.GetDomain()
 	known := cfg != nil && cfg.Domain(domain) != nil
 	if !known && s.opts.Metrics != nil {
-		s.opts.Metrics.stats.DomainNotFound(domain)
+		// Once a descriptor, as upstream looks each one up.
+		s.opts.Metrics.stats.DomainNotFound(domain, len(req.Descriptors))
 	}
 
 	sc.checks = sized(sc.checks, len(req.Descriptors))

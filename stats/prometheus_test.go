@@ -14,9 +14,9 @@ func TestPrometheusCompatMergesWhatUpstreamMergesAndKeepsTheScrapeValid(t *testi
 	for _, key := range []string{"d.a:b", "d.a_b", "d.k1.k2.k3", "d.k1.k2.k4", "d.k1.k2"} {
 		st.Rule(key).TotalHits.Add(1)
 	}
-	st.DomainNotFound("a-b")
-	st.DomainNotFound("a.b")
-	st.DomainNotFound("a-b")
+	st.DomainNotFound("a-b", 1)
+	st.DomainNotFound("a.b", 1)
+	st.DomainNotFound("a-b", 1)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(stats.NewPrometheusCompat(st, false))
 	families, err := reg.Gather()

@@ -54,7 +54,8 @@ type Rule struct {
 	OverLimitWithLocalCache atomic.Uint64
 }
 
-// Domain counts requests for one domain that no configuration defines.
+// Domain counts the descriptors asked for in one domain that no
+// configuration defines.
 type Domain struct {
 	// Name is the domain as requested, or Overflow.
 	Name     string
@@ -143,16 +144,17 @@ func (s *Stats) Rules() []*Rule {
 	return s.ruleList[:len(s.ruleList):len(s.ruleList)]
 }
 
-// DomainNotFound counts a request for a domain that no configuration
-// defines.
-func (s *Stats) DomainNotFound(domain string) {
+// DomainNotFound counts n descriptors asked for in a domain that no
+// configuration defines (envoyproxy/ratelimit counts each descriptor of
+// such a request).
+func (s *Stats) DomainNotFound(domain string, n int) {
 	s.dmu.RLock()
 	d, ok := s.domains[domain]
 	s.dmu.RUnlock()
 	if !ok {
 		d = s.newDomain(domain)
 	}
-	d.NotFound.Add(1)
+	d.NotFound.Add(uint64(n))
 }
 
 func (s *Stats) newDomain(name string) *Domain {
