@@ -293,7 +293,12 @@ func (l *Limiter) countLocal(ctx context.Context, sc *Scratch, at time.Time, txn
 	}
 	sc.results = sized(sc.results, len(ops))
 	// A bucket named twice may change after the decision of its first
-	// transaction: nothing of such a request is remembered.
+	// transaction: nothing of such a request is remembered but a fixed
+	// window over its limit, as envoyproxy/ratelimit caches the key a hit
+	// of the request took over. Its later hits only add to the window,
+	// and are remembered after it (with the count the store answers last);
+	// a refund of it in the request forgets it below. (A GCRA bucket's
+	// later spend would move its TAT, and the cached answer's wait.)
 	_, _, dup := store.Duplicate(ops)
 	if l.stopIncrement {
 		if err := l.stopOverLimit(ctx, sc, at, cached, dup); err != nil {
@@ -313,7 +318,7 @@ func (l *Limiter) countLocal(ctx context.Context, sc *Scratch, at time.Time, txn
 			if t.Window.Length == 0 {
 				out[i].Allowed = true // a GCRA refund only gives capacity back
 			}
-		case c != nil && !out[i].Allowed && !dup:
+		case c != nil && !out[i].Allowed && (!dup || t.Window.Length != 0):
 			if c.forgets.Load() == forgets {
 				c.remember(t, at, &out[i])
 			}

@@ -382,6 +382,31 @@ func TestLocalCacheRules(t *testing.T) {
 			t.Fatalf("got %d store operations, want 0", n)
 		}
 	})
+	t.Run("a window named twice that goes over is remembered", func(t *testing.T) {
+		// As envoyproxy/ratelimit, whose local cache takes every key a
+		// hit of the request took over.
+		l, cs, _ := setup(t)
+		count(t, l, win(2, 0))
+		if got := count(t, l, win(1, 0), win(1, 0)); !got[0].Allowed || got[1].Allowed || got[1].Count != 4 {
+			t.Fatalf("the window twice: got %+v, want the first within (3), the second over (4)", got)
+		}
+		before := cs.ops.Load()
+		if d := count(t, l, win(1, 0))[0]; d.Allowed || !d.Cached || d.Count != 5 {
+			t.Fatalf("next hit: got %+v, want over from the cache, count 5", d)
+		}
+		if n := cs.ops.Load() - before; n != 0 {
+			t.Fatalf("got %d store operations, want 0", n)
+		}
+	})
+	t.Run("a window named twice with a refund is not remembered", func(t *testing.T) {
+		l, _, _ := setup(t)
+		if got := count(t, l, win(4, 0), win(2, limiter.RefundBucket)); got[0].Allowed || got[1].Count != 2 {
+			t.Fatalf("got %+v, want over at 4, then 2 after the refund", got)
+		}
+		if d := count(t, l, win(0, limiter.CheckOnly))[0]; !d.Allowed || d.Cached || d.Count != 2 {
+			t.Fatalf("peek: got %+v, want within from the store, count 2", d)
+		}
+	})
 	t.Run("the cache is off by default and with a size of zero", func(t *testing.T) {
 		cs := &countingStore{Store: memory.New(memory.Options{})}
 		l := limiter.NewWithOptions(cs, clock.NewFake(storetest.Base()), limiter.Options{})
