@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/store/redis/redistest"
@@ -130,4 +133,41 @@ func dataCommands(calls map[string]int64) int64 {
 		n += v
 	}
 	return n
+}
+
+// TestStopIncrementPeeksSplitHitsAsUpstream: with the local cache and
+// --stop-cache-key-increment-when-overlimit, a descriptor of a request
+// whose other descriptor is cached over its limit is only peeked; its
+// hits are split between within, near and over from the count it has, as
+// envoyproxy/ratelimit (f2fb157) splits them, whose count before the hits
+// (the count less the hits, in unsigned arithmetic) wraps when the hits
+// are more than the count: then every hit is near the limit (or over it).
+func TestStopIncrementPeeksSplitHitsAsUpstream(t *testing.T) {
+	ta := start(t, map[string]string{"modes.yaml": modesConfig}, func(o *app.Options) {
+		o.LocalCacheSize, o.StopCacheKeyIncrementWhenOverLimit, o.NearLimitRatio = 1<<20, true, 0.6
+	})
+	blocked := desc("counter", "blocked")
+	blocked.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 0, Unit: typev3.RateLimitUnit_HOUR}
+	if resp := ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "modes", Descriptors: []*rlcommon.RateLimitDescriptor{blocked}}); resp.OverallCode != over {
+		t.Fatalf("a limit of 0: got %v, want OVER_LIMIT", resp.OverallCode)
+	}
+	for range 7 { // 10 a minute, near from 6: 6 within, then 1 near
+		ta.ask(t, "modes", desc("counter", "peeked"))
+	}
+	peeked := desc("counter", "peeked")
+	peeked.HitsAddend = wrapperspb.UInt64(100)
+	resp := ta.askReq(t, &rlsv3.RateLimitRequest{Domain: "modes", Descriptors: []*rlcommon.RateLimitDescriptor{blocked, peeked}})
+	if st := resp.Statuses[1]; st.Code != ok || st.LimitRemaining != 3 {
+		t.Fatalf("the peeked descriptor: got %v, want OK with 3 remaining (counted 7, not 107)", st)
+	}
+	_, body := ta.get(t, "http://"+ta.DebugAddr()+"/metrics")
+	for _, want := range []string{
+		`sluice_ratelimit_total_hits{rule="modes.counter"} 107`,
+		`sluice_ratelimit_within_limit{rule="modes.counter"} 107`,
+		`sluice_ratelimit_near_limit{rule="modes.counter"} 101`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }

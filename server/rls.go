@@ -770,8 +770,14 @@ func (s *RLS) record(c *check, r *descriptors.Rule, key string, d *limiter.Decis
 			before = used - hits
 		}
 	} else {
+		// A window's count before the hits is its count less them, in
+		// unsigned arithmetic as envoyproxy/ratelimit computes it: when
+		// the hits were not counted (peeked by --stop-cache-key-
+		// increment-when-overlimit) and are more than the count, it
+		// wraps, and every hit then counts as near (or over) the limit,
+		// as upstream's do.
 		after = uint64(max(d.Count, 0))
-		before = after - min(after, hits)
+		before = after - hits
 	}
 	near := uint64(math.Floor(float64(float32(limit) * float32(s.opts.NearLimitRatio))))
 	if over {
