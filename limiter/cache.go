@@ -340,18 +340,25 @@ func (l *Limiter) countLocal(ctx context.Context, sc *Scratch, at time.Time, txn
 // stopOverLimit turns the counted operations of sc.ops that must not
 // count into peeks of zero hits, as StopIncrementWhenOverLimit says: all
 // of them when cached (a transaction of the request was answered over the
-// limit from the cache), else, when two or more are counted, the ones that
-// would not go over their limit when some other would (found with a first
-// round trip of peeks).
+// limit from the cache), else, when one is counted beside another counted
+// or peeked one, the ones that would not go over their limit when some
+// other would, or some peeked one is past its limit (found with a first
+// round trip of peeks), as envoyproxy/ratelimit does.
 func (l *Limiter) stopOverLimit(ctx context.Context, sc *Scratch, at time.Time, cached, dup bool) error {
 	ops := sc.ops
-	spends := 0
+	spends, peeks := 0, 0
 	for k := range ops {
-		if ops[k].Kind == CheckAndSpend {
+		switch ops[k].Kind {
+		case CheckAndSpend:
 			spends++
+		case CheckOnly:
+			peeks++
 		}
 	}
-	if spends == 0 || (!cached && spends < 2) {
+	// A spend alone is counted whatever it finds; one beside others is
+	// spared when another (a peek too: its count plus no hits) is past
+	// its limit.
+	if spends == 0 || (!cached && spends+peeks < 2) {
 		return nil
 	}
 	if !cached {
@@ -365,9 +372,15 @@ func (l *Limiter) stopOverLimit(ctx context.Context, sc *Scratch, at time.Time, 
 		}
 		over := false
 		for k := range pre {
-			if ops[k].Kind == CheckAndSpend && !sc.results[k].Allowed {
+			if sc.results[k].Allowed {
+				continue
+			}
+			switch ops[k].Kind {
+			case CheckAndSpend:
 				over = true
 				ops[k].Kind = spendOver // counted below
+			case CheckOnly:
+				over = true
 			}
 		}
 		if !over {

@@ -510,3 +510,40 @@ func mustInt(t *testing.T, v any) int64 {
 	}
 	return n
 }
+
+// TestStopIncrementCountsAPeekOverTheLimit: with StopIncrementWhenOverLimit
+// a descriptor peeked (Envoy's hits_addend of 0) whose window is already
+// over its limit spares the request's other descriptors, as one that
+// would go over does: envoyproxy/ratelimit (f2fb157) takes every
+// descriptor's count plus its hits, 0 for a peek, past the limit as
+// reason to count only those.
+func TestStopIncrementCountsAPeekOverTheLimit(t *testing.T) {
+	t.Parallel()
+	onePerHour := limiter.Window{Limit: 1, Length: time.Hour}
+	strict := limiter.Transaction{Key: "d_strict_", Window: onePerHour, Cost: 2}
+	peek := limiter.Transaction{Key: "d_strict_", Window: onePerHour, Kind: limiter.CheckOnly}
+	loose := limiter.Transaction{Key: "d_loose_", Window: limiter.Window{Limit: 10, Length: time.Hour}, Cost: 1}
+	for _, tt := range []struct {
+		name string
+		opts limiter.Options
+		want int64 // the loose window's count after the request
+	}{
+		{name: "off, the other descriptor is counted", want: 1},
+		{name: "on, the other descriptor is only peeked", opts: limiter.Options{StopIncrementWhenOverLimit: true}, want: 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := limiter.NewWithOptions(memory.New(memory.Options{}), clock.NewFake(storetest.Base()), tt.opts)
+			if d := count(t, l, strict)[0]; d.Allowed || d.Count != 2 {
+				t.Fatalf("2 hits on a limit of 1: got %+v, want over at 2", d)
+			}
+			got := count(t, l, peek, loose)
+			if got[0].Allowed || !got[1].Allowed || got[1].Count != tt.want || got[1].Remaining != 10-tt.want {
+				t.Fatalf("got %+v, want the peek over, the loose window allowed at %d", got, tt.want)
+			}
+			if d := count(t, l, limiter.Transaction{Key: "d_loose_", Window: loose.Window, Kind: limiter.CheckOnly})[0]; d.Count != tt.want {
+				t.Fatalf("the loose window afterwards: got count %d, want %d", d.Count, tt.want)
+			}
+		})
+	}
+}
