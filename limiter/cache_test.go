@@ -258,6 +258,18 @@ func TestLocalCacheRules(t *testing.T) {
 		clk := clock.NewFake(storetest.Base())
 		return limiter.NewWithOptions(cs, clk, withCache), cs, clk
 	}
+	// overFromCache checks that the window's next hit is answered over
+	// from the cache, at count want, with no store operation.
+	overFromCache := func(t *testing.T, l *limiter.Limiter, cs *countingStore, step string, want int64) {
+		t.Helper()
+		before := cs.ops.Load()
+		if d := count(t, l, win(1, 0))[0]; d.Allowed || !d.Cached || d.Count != want {
+			t.Fatalf("%s: got %+v, want over from the cache, count %d", step, d, want)
+		}
+		if n := cs.ops.Load() - before; n != 0 {
+			t.Fatalf("%s: got %d store operations, want 0", step, n)
+		}
+	}
 	t.Run("a peek over the limit is answered from the cache", func(t *testing.T) {
 		l, cs, _ := setup(t)
 		count(t, l, win(4, 0))
@@ -374,13 +386,7 @@ func TestLocalCacheRules(t *testing.T) {
 				t.Fatalf("%+v: got %+v, want allowed by the store", o, d)
 			}
 		}
-		before := cs.ops.Load()
-		if d := count(t, l, win(1, 0))[0]; d.Allowed || !d.Cached || d.Count != 5 {
-			t.Fatalf("the first window again: got %+v, want over from the cache, count 5", d)
-		}
-		if n := cs.ops.Load() - before; n != 0 {
-			t.Fatalf("got %d store operations, want 0", n)
-		}
+		overFromCache(t, l, cs, "the first window again", 5)
 	})
 	t.Run("a window named twice that goes over is remembered", func(t *testing.T) {
 		// As envoyproxy/ratelimit, whose local cache takes every key a
@@ -390,13 +396,7 @@ func TestLocalCacheRules(t *testing.T) {
 		if got := count(t, l, win(1, 0), win(1, 0)); !got[0].Allowed || got[1].Allowed || got[1].Count != 4 {
 			t.Fatalf("the window twice: got %+v, want the first within (3), the second over (4)", got)
 		}
-		before := cs.ops.Load()
-		if d := count(t, l, win(1, 0))[0]; d.Allowed || !d.Cached || d.Count != 5 {
-			t.Fatalf("next hit: got %+v, want over from the cache, count 5", d)
-		}
-		if n := cs.ops.Load() - before; n != 0 {
-			t.Fatalf("got %d store operations, want 0", n)
-		}
+		overFromCache(t, l, cs, "next hit", 5)
 	})
 	t.Run("a window named twice with a refund is not remembered", func(t *testing.T) {
 		l, _, _ := setup(t)
