@@ -733,7 +733,8 @@ func (l *Limiter) apply(ctx context.Context, txns []Transaction, each []Decision
 }
 
 // Stricter returns the stricter of two decisions: a denied one beats an
-// allowed one, then the longer RetryIn, then the fewer remaining.
+// allowed one, then the longer RetryIn, then the fewer remaining; on a tie
+// b, the one decided later in a batch, as Boulder's stricter picks.
 func Stricter(a, b Decision) Decision {
 	if a.Allowed != b.Allowed {
 		if !a.Allowed {
@@ -747,16 +748,18 @@ func Stricter(a, b Decision) Decision {
 		}
 		return b
 	}
-	if b.Remaining < a.Remaining {
+	if b.Remaining <= a.Remaining {
 		return b
 	}
 	return a
 }
 
 // Refund gives the cost of each transaction back to its bucket, never past
-// full. Buckets that do not exist are left alone. The decision is allowed
-// when every existing bucket got something back; Remaining is the least
-// and RetryIn and ResetIn the longest over the buckets. The caller's
+// full. A bucket that does not exist is left alone: like a full one, it
+// gets nothing back, and its decision is not allowed, with the burst
+// remaining. The decision is allowed when every bucket got something back;
+// Remaining is the least and RetryIn and ResetIn the longest over the
+// buckets. The caller's
 // transactions are left as they are: the same ones can be spent again.
 func (l *Limiter) Refund(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
 	if err := ValidBatchSize(len(txns)); err != nil {

@@ -199,6 +199,30 @@ func TestBatchRules(t *testing.T) {
 			}
 		})
 	})
+	t.Run("on a tie the later transaction's decision is the batch's", func(t *testing.T) {
+		// As Boulder's stricter: equal in allowed, retryIn and remaining,
+		// the one decided last wins, with its resetIn.
+		forEachBackend(t, func(t *testing.T, l *limiter.Limiter, clk *clock.Fake) {
+			if _, err := l.Spend(ctx, txn("first", onePerHour, 1, 0)); err != nil {
+				t.Fatal(err)
+			}
+			clk.Add(10 * time.Minute)
+			if _, err := l.Spend(ctx, txn("second", onePerHour, 1, 0)); err != nil {
+				t.Fatal(err)
+			}
+			// Two peeks of empty buckets: allowed, 0 remaining, no wait.
+			d, _, err := l.Batch(ctx, []limiter.Transaction{
+				txn("first", onePerHour, 0, limiter.CheckOnly),
+				txn("second", onePerHour, 0, limiter.CheckOnly),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed || d.Remaining != 0 || d.RetryIn != 0 || d.Index != 1 || d.ResetIn != time.Hour {
+				t.Fatalf("got %+v, want allowed with 0 remaining, transaction 1's decision (reset in 1h)", d)
+			}
+		})
+	})
 	t.Run("a batch with no checked transaction is allowed", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, l *limiter.Limiter, clk *clock.Fake) {
 			d, _, err := l.Batch(ctx, []limiter.Transaction{txn("s", perSecond20, 1, limiter.SpendOnly)})
