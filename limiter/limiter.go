@@ -759,8 +759,8 @@ func Stricter(a, b Decision) Decision {
 // gets nothing back, and its decision is not allowed, with the burst
 // remaining. The decision is allowed when every bucket got something back;
 // Remaining is the least and RetryIn and ResetIn the longest over the
-// buckets. The caller's
-// transactions are left as they are: the same ones can be spent again.
+// buckets. The caller's transactions are left as they are: the same ones
+// can be spent again.
 func (l *Limiter) Refund(ctx context.Context, txns ...Transaction) (Decision, []Decision, error) {
 	if err := ValidBatchSize(len(txns)); err != nil {
 		return Decision{}, nil, err
