@@ -129,8 +129,9 @@ type Options struct {
 	GRPCServer string
 	// MaxDescriptors, MaxDescriptorEntries and MaxDescriptorEntryBytes
 	// cap an Envoy request: its descriptors (default 1000), a descriptor's
-	// entries (default 64), an entry key's or value's length (default
-	// 4096 bytes). A request past one is refused before any store work.
+	// entries (default 64), an entry key's or value's length and the
+	// domain's (default 4096 bytes). A request past one is refused before
+	// any store work.
 	MaxDescriptors, MaxDescriptorEntries, MaxDescriptorEntryBytes int
 	// RequestLimits (default true) honours a limit an Envoy request
 	// carries for a descriptor; NegativeHits (default true) honours
@@ -472,7 +473,7 @@ flags:
 	fs.StringVar(&o.AdminTokenFile, "admin-token-file", o.AdminTokenFile, "file holding the bearer token every call to --admin-addr must carry")
 	fs.StringVar(&o.AdminClientSAN, "admin-client-san", o.AdminClientSAN, "a name a TLS client certificate must carry to call --admin-addr (needs --tls-client-ca)")
 	fs.IntVar(&o.MaxDescriptorEntries, "max-descriptor-entries", o.MaxDescriptorEntries, "most entries in one descriptor of an Envoy request")
-	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, in bytes")
+	fs.IntVar(&o.MaxDescriptorEntryBytes, "max-descriptor-entry-bytes", o.MaxDescriptorEntryBytes, "longest key or value of a descriptor entry, and longest domain, in bytes")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "TLS certificate file for the gRPC and HTTP listeners")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "TLS key file")
 	fs.StringVar(&o.TLSClientCA, "tls-client-ca", o.TLSClientCA, "CA file for client certificates (turns on mutual TLS)")

@@ -83,7 +83,8 @@ type RLSOptions struct {
 	// one is InvalidArgument naming it. MaxDescriptors bounds the
 	// descriptors of a request (default 1000), MaxEntries the entries of a
 	// descriptor (default 64), MaxEntryBytes the length of an entry's key
-	// or value (default 4096). No request an Envoy sends comes near them.
+	// or value, and of the domain (default 4096). No request an Envoy
+	// sends comes near them.
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
 	// Tracer starts a span per call, continuing the caller's trace; nil
 	// (tracing off) starts none and costs nothing.
@@ -390,6 +391,11 @@ func (s *RLS) prepare(req *rlsv3.RateLimitRequest, sc *scratch) error {
 // and its flag, before any work is done for it.
 func (s *RLS) checkCaps(req *rlsv3.RateLimitRequest) error {
 	o := &s.opts
+	// The domain is bounded as an entry is: an unknown one is kept for its
+	// statistics (up to stats.MaxDomains of them).
+	if n := len(req.GetDomain()); n > o.MaxEntryBytes {
+		return invalidRequest("domain", "the domain is %d bytes, more than the %d allowed (--max-descriptor-entry-bytes)", n, o.MaxEntryBytes)
+	}
 	if n := len(req.GetDescriptors()); n > o.MaxDescriptors {
 		return invalidRequest("descriptors", "the request has %d descriptors, more than the %d allowed (--max-descriptors)", n, o.MaxDescriptors)
 	}
