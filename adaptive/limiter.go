@@ -199,9 +199,17 @@ func (l *Limiter) ruleFor(path string) *ruleState {
 	return &l.html
 }
 
+// MaxKeyBytes bounds a key taken from a request's path: a longer path is
+// counted under its first MaxKeyBytes bytes, cut at a character's
+// boundary. An HTTP server takes request lines of up to a megabyte, and
+// each tracked key is kept, with its metric labels, until it is idle for
+// a window: without the bound, requests with long distinct paths could
+// make the MaxKeys keys take gigabytes.
+const MaxKeyBytes = 1024
+
 // Key is the key a request is counted under: the ServeMux pattern that
 // matched it if any, else the first configured route it matches, else its
-// path without the query.
+// path without the query, up to MaxKeyBytes.
 func (l *Limiter) Key(r *http.Request) string {
 	if r.Pattern != "" {
 		return r.Pattern
@@ -217,7 +225,14 @@ func (l *Limiter) Key(r *http.Request) string {
 	}
 	if !utf8.ValidString(path) {
 		// Keys are metric label values, which must be UTF-8.
-		return strings.ToValidUTF8(path, "\uFFFD")
+		path = strings.ToValidUTF8(path, "\uFFFD")
+	}
+	if len(path) > MaxKeyBytes {
+		cut := MaxKeyBytes
+		for !utf8.RuneStart(path[cut]) {
+			cut--
+		}
+		path = path[:cut]
 	}
 	return path
 }

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"testing"
 	"time"
 
@@ -356,6 +357,38 @@ func TestRequestsAreKeyedByRouteTemplate(t *testing.T) {
 	}
 	if got := l.Keys(); got != 4 {
 		t.Errorf("got %d keys, want 4", got)
+	}
+}
+
+// TestALongPathIsKeyedByItsStart: a path is a key only up to MaxKeyBytes,
+// so that requests with long distinct paths (a server takes up to a
+// megabyte of request line) cannot make the tracked keys, and their
+// metric labels, take gigabytes: 150 paths of 900 KiB took a proxy from
+// 22 to 255 MB before the bound.
+func TestALongPathIsKeyedByItsStart(t *testing.T) {
+	t.Parallel()
+	l, err := New(DefaultConfig(), Options{Clock: clock.NewFake(t0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	long := "/p/" + strings.Repeat("a", 3*MaxKeyBytes)
+	for _, tail := range []string{"x", "y", "z"} {
+		ok.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, long+tail, nil))
+	}
+	key := l.Key(httptest.NewRequest(http.MethodGet, long, nil))
+	if len(key) > MaxKeyBytes || !strings.HasPrefix(long, key) {
+		t.Fatalf("got a key of %d bytes, want the path's first %d at most", len(key), MaxKeyBytes)
+	}
+	if got := stats(t, l, key).Count; got != 3 {
+		t.Errorf("the long paths' key: got count %d, want 3", got)
+	}
+	if got := l.Keys(); got != 1 {
+		t.Errorf("got %d keys, want 1", got)
+	}
+	// A multi-byte character cut in two is not left half.
+	if key := l.Key(httptest.NewRequest(http.MethodGet, "/"+strings.Repeat("é", MaxKeyBytes), nil)); len(key) > MaxKeyBytes || !utf8.ValidString(key) {
+		t.Errorf("got a key of %d bytes, valid UTF-8 %v; want at most %d, valid", len(key), utf8.ValidString(key), MaxKeyBytes)
 	}
 }
 
