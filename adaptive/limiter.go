@@ -24,10 +24,14 @@ import (
 const OverflowKey = "(overflow)"
 
 // maxClientsPerKey bounds the clients tracked per key with PerClient on;
-// further clients share one slot, named otherClient.
+// further clients share one slot, named otherClient. maxClientBytes
+// bounds a client's name: a ClientHeader value is cut to it, so that
+// long values (a server takes a megabyte of headers) cannot make the
+// clients of every key take gigabytes.
 const (
 	maxClientsPerKey = 1024
 	otherClient      = "(other)"
+	maxClientBytes   = 256
 )
 
 // Options are a Limiter's collaborators. The zero value is usable: the
@@ -439,13 +443,17 @@ func (l *Limiter) clientRing(e *entry, client string, cur int64) *countRing {
 	return c
 }
 
-// clientOf identifies r's client: the first value of ClientHeader, or the
-// IP of RemoteAddr.
+// clientOf identifies r's client: the first value of ClientHeader (its
+// first maxClientBytes bytes), or the IP of RemoteAddr.
 func (l *Limiter) clientOf(r *http.Request) string {
 	if h := l.cfg.ClientHeader; h != "" {
 		if v := r.Header.Get(h); v != "" {
 			v, _, _ = strings.Cut(v, ",")
-			return strings.TrimSpace(v)
+			v = strings.TrimSpace(v)
+			if len(v) > maxClientBytes {
+				v = v[:maxClientBytes] // bytes: a name, never shown
+			}
+			return v
 		}
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)

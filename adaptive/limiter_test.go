@@ -497,6 +497,39 @@ func TestPerClientSharesTheBudgetBetweenActiveClients(t *testing.T) {
 	}
 }
 
+// TestAClientIsAtMostMaxClientBytes: a client named by ClientHeader is
+// its header value's first maxClientBytes bytes, so that long values
+// cannot make the 1,024 clients tracked per key take gigabytes; clients
+// whose values share those bytes share a share of the budget.
+func TestAClientIsAtMostMaxClientBytes(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.PerClient = true
+	cfg.ClientHeader = "X-Client"
+	cfg.MaxRate = 10
+	hs := newHarness(t, cfg)
+	long := strings.Repeat("c", 4*maxClientBytes)
+	r := httptest.NewRequest(http.MethodGet, "/shared", nil)
+	r.Header.Set("X-Client", long+"1, proxy")
+	if got := hs.l.clientOf(r); len(got) != maxClientBytes || !strings.HasPrefix(long, got) {
+		t.Fatalf("got a client of %d bytes, want the value's first %d", len(got), maxClientBytes)
+	}
+	from := func(client string) int {
+		r := httptest.NewRequest(http.MethodGet, "/shared", nil)
+		r.Header.Set("X-Client", client)
+		return hs.send(r).Code
+	}
+	for range 6 {
+		from(long + "1")
+	}
+	from(long + "2")
+	// One client (the two values cut to the same bytes) with 7 of 10:
+	// two would have 5 each, and the first would be denied.
+	if got := from(long + "1"); got != http.StatusOK {
+		t.Errorf("got %d, want 200: the two long values are one client", got)
+	}
+}
+
 func TestPerClientUsesRemoteAddrByDefault(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
