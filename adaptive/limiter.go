@@ -227,18 +227,28 @@ func (l *Limiter) Key(r *http.Request) string {
 	if path == "" {
 		return "/"
 	}
+	// Cut before the repair, so that a long path is not copied whole, and
+	// again after it, which may lengthen it.
+	path = cutKey(path)
 	if !utf8.ValidString(path) {
 		// Keys are metric label values, which must be UTF-8.
-		path = strings.ToValidUTF8(path, "\uFFFD")
-	}
-	if len(path) > MaxKeyBytes {
-		cut := MaxKeyBytes
-		for !utf8.RuneStart(path[cut]) {
-			cut--
-		}
-		path = path[:cut]
+		path = cutKey(strings.ToValidUTF8(path, "\uFFFD"))
 	}
 	return path
+}
+
+// cutKey returns s's first MaxKeyBytes bytes at most, cut before a
+// character's first byte (within its last utf8.UTFMax bytes: an invalid
+// run is cut anywhere, and repaired by the caller).
+func cutKey(s string) string {
+	if len(s) <= MaxKeyBytes {
+		return s
+	}
+	cut := MaxKeyBytes
+	for cut > MaxKeyBytes-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // lookup returns the entry for key, creating it when there is room. With

@@ -461,18 +461,26 @@ func TestDryRunNeverDeniesButCountsWouldBeDenials(t *testing.T) {
 	}
 }
 
-func TestPerClientSharesTheBudgetBetweenActiveClients(t *testing.T) {
-	t.Parallel()
+// perClientHarness is a harness counting clients by X-Client, 10 a
+// window, and a function that sends a request to /shared with X-Client
+// set to value and returns its status.
+func perClientHarness(t *testing.T) (*harness, func(value string) int) {
 	cfg := DefaultConfig()
 	cfg.PerClient = true
 	cfg.ClientHeader = "X-Client"
 	cfg.MaxRate = 10
 	hs := newHarness(t, cfg)
-	from := func(client string) int {
+	return hs, func(value string) int {
 		r := httptest.NewRequest(http.MethodGet, "/shared", nil)
-		r.Header.Set("X-Client", client+", proxy")
+		r.Header.Set("X-Client", value)
 		return hs.send(r).Code
 	}
+}
+
+func TestPerClientSharesTheBudgetBetweenActiveClients(t *testing.T) {
+	t.Parallel()
+	_, send := perClientHarness(t)
+	from := func(client string) int { return send(client + ", proxy") }
 	steps := []struct {
 		name   string
 		client string
@@ -503,21 +511,12 @@ func TestPerClientSharesTheBudgetBetweenActiveClients(t *testing.T) {
 // whose values share those bytes share a share of the budget.
 func TestAClientIsAtMostMaxClientBytes(t *testing.T) {
 	t.Parallel()
-	cfg := DefaultConfig()
-	cfg.PerClient = true
-	cfg.ClientHeader = "X-Client"
-	cfg.MaxRate = 10
-	hs := newHarness(t, cfg)
+	hs, from := perClientHarness(t)
 	long := strings.Repeat("c", 4*maxClientBytes)
 	r := httptest.NewRequest(http.MethodGet, "/shared", nil)
 	r.Header.Set("X-Client", long+"1, proxy")
 	if got := hs.l.clientOf(r); len(got) != maxClientBytes || !strings.HasPrefix(long, got) {
 		t.Fatalf("got a client of %d bytes, want the value's first %d", len(got), maxClientBytes)
-	}
-	from := func(client string) int {
-		r := httptest.NewRequest(http.MethodGet, "/shared", nil)
-		r.Header.Set("X-Client", client)
-		return hs.send(r).Code
 	}
 	for range 6 {
 		from(long + "1")

@@ -220,7 +220,7 @@ func (t *table) gcraTAT(slot int, found bool, nowNs int64) (int, int64) {
 	return slot, nowNs
 }
 
-// setTAT makes the bucket in slot a GCRA bucket with TAT tat, which may
+// setTAT sets the TAT of the GCRA bucket in slot to tat; the bucket may
 // be dropped once full again, past it.
 func (t *table) setTAT(slot int, tat int64) { t.slots[slot].exp = tat }
 
