@@ -165,3 +165,22 @@ func TestRetryAfterHeaderFromTheEnvironment(t *testing.T) {
 		t.Fatalf("got %v, retry-after %t, statsd %q; want the header on and no StatsD (the variable is not envoyproxy/ratelimit's)", err, o.RetryAfterHeader, o.Stats.StatsdAddr)
 	}
 }
+
+// The default caps take what a real Envoy sends: a descriptor value as long
+// as Envoy's default header limit (max_request_headers_kb, 60 KiB for all
+// of a request's headers) is counted, as envoyproxy/ratelimit counts it;
+// only a longer one than any such header is refused.
+func TestTheDefaultCapsTakeWhatEnvoySends(t *testing.T) {
+	ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, nil)
+	header := strings.Repeat("h", 60<<10)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := ta.ask(t, "conf", desc("plain", header)).GetOverallCode(); got != want {
+			t.Fatalf("call %d with a 60 KiB value: got %v, want %v (one an hour)", i+1, got, want)
+		}
+	}
+	_, err := ta.client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "conf",
+		Descriptors: []*rlcommon.RateLimitDescriptor{desc("plain", strings.Repeat("h", 64<<10+1))}})
+	if want := "65537 bytes, more than the 65536 allowed (--max-descriptor-entry-bytes)"; status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), want) {
+		t.Fatalf("a value past 64 KiB: got %v, want InvalidArgument with %q", err, want)
+	}
+}

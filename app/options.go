@@ -130,8 +130,9 @@ type Options struct {
 	// MaxDescriptors, MaxDescriptorEntries and MaxDescriptorEntryBytes
 	// cap an Envoy request: its descriptors (default 1000), a descriptor's
 	// entries (default 64), an entry key's or value's length and the
-	// domain's (default 4096 bytes). A request past one is refused before
-	// any store work.
+	// domain's (default 65,536 bytes: more than any value Envoy's
+	// default 60 KiB of request headers can carry). A request past one is
+	// refused before any store work.
 	MaxDescriptors, MaxDescriptorEntries, MaxDescriptorEntryBytes int
 	// RequestLimits (default true) honours a limit an Envoy request
 	// carries for a descriptor; NegativeHits (default true) honours
@@ -364,7 +365,7 @@ func Defaults() Options {
 		RequestLogSample:        1,
 		MaxDescriptors:          1000,
 		MaxDescriptorEntries:    64,
-		MaxDescriptorEntryBytes: 4096,
+		MaxDescriptorEntryBytes: 65536,
 
 		OnStoreError: "error",
 		Redis: RedisOptions{

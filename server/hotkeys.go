@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/clock"
 )
@@ -21,6 +22,13 @@ const (
 	hotKeysHalf   = 30 * time.Second
 	hotKeysSample = 8
 	hotKeysShown  = 20
+
+	// hotKeyMaxBytes bounds a key's text: a longer one is cut at a
+	// character's start and ends in "…", so that the kept keys hold
+	// kilobytes, not the megabytes of 64 entries of
+	// --max-descriptor-entry-bytes each. Keys alike in their first
+	// hotKeyMaxBytes count as one.
+	hotKeyMaxBytes = 512
 )
 
 // hotKeys counts the busiest request keys. The zero value is not usable;
@@ -106,6 +114,9 @@ func (h *hotKeys) add(clk clock.Clock, c *check, over bool) {
 	var b strings.Builder
 	b.WriteString(c.rule.Domain)
 	for i, e := range c.entries {
+		if b.Len() > hotKeyMaxBytes {
+			break
+		}
 		if i == 0 {
 			b.WriteByte(' ')
 		} else {
@@ -116,6 +127,13 @@ func (h *hotKeys) add(clk clock.Clock, c *check, over bool) {
 		b.WriteString(e.Value)
 	}
 	key := b.String()
+	if len(key) > hotKeyMaxBytes {
+		cut := hotKeyMaxBytes
+		for cut > 0 && !utf8.RuneStart(key[cut]) {
+			cut--
+		}
+		key = key[:cut] + "…" // a copy: the long text is not kept
+	}
 	w := c.hits * hotKeysSample
 	var o uint64
 	if over {

@@ -3,7 +3,12 @@ package server
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/sluice-rl/sluice/clock"
+	"github.com/sluice-rl/sluice/descriptors"
 )
 
 // TestTopKKeepsSpaceSavingsGuarantees feeds a skewed stream of keys to a
@@ -76,5 +81,33 @@ func TestTopKCountsFewKeysExactly(t *testing.T) {
 		if want := uint64(8 * (i + 1)); c.hits != want || c.over != want || c.err != 0 {
 			t.Errorf("%s: %+v, want %d hits, %d over, no error", c.key, c, want, want)
 		}
+	}
+}
+
+// TestAHotKeyIsAtMostHotKeyMaxBytes sends descriptors with long values, as
+// --max-descriptor-entry-bytes allows: the dashboard keeps each key's first
+// hotKeyMaxBytes, cut before a character, and keys alike that far count
+// as one.
+func TestAHotKeyIsAtMostHotKeyMaxBytes(t *testing.T) {
+	h := newHotKeys()
+	clk := clock.New()
+	rule := &descriptors.Rule{Domain: "edge"}
+	long := strings.Repeat("é", 40<<10) // two bytes each: the cut must not split one
+	for i := range 2 * hotKeysSample {
+		h.add(clk, &check{rule: rule, hits: 1, entries: []descriptors.Entry{
+			{Key: "path", Value: long + strconv.Itoa(i)},
+			{Key: "user", Value: long},
+		}}, false)
+	}
+	top := h.top(clk.Now())
+	if len(top) != 1 {
+		t.Fatalf("got %d keys, want the 2 sampled as one", len(top))
+	}
+	k := top[0].Key
+	if len(k) > hotKeyMaxBytes+len("…") || !strings.HasPrefix(k, "edge path=éé") || !strings.HasSuffix(k, "…") || !utf8.ValidString(k) {
+		t.Errorf("got a key of %d bytes, %.30q…%q, want at most %d valid bytes of its start and a final …", len(k), k, k[max(0, len(k)-8):], hotKeyMaxBytes+len("…"))
+	}
+	if top[0].Hits != 2*hotKeysSample {
+		t.Errorf("got %d hits, want %d", top[0].Hits, 2*hotKeysSample)
 	}
 }

@@ -23,14 +23,24 @@ import (
 	"time"
 )
 
-// MaxRules bounds the distinct rule stats keys; past it, further keys
-// (only possible with detailed_metric or value_to_metric, whose keys carry
-// request values) share the rule "overflow".
-const MaxRules = 10000
+// MaxRules bounds the distinct rule stats keys, and MaxRuleBytes their
+// length together; past either, further keys (only possible with
+// detailed_metric or value_to_metric, whose keys carry request values,
+// each up to --max-descriptor-entry-bytes long) share the rule "overflow".
+// Every sink keeps a copy of each key it reports (a Prometheus label, a
+// StatsD name), so the bound in bytes bounds them too.
+const (
+	MaxRules     = 10000
+	MaxRuleBytes = 8 << 20
+)
 
-// MaxDomains bounds the distinct unknown domains counted; past it, further
+// MaxDomains bounds the distinct unknown domains counted, and
+// MaxDomainBytes their names' length together; past either, further
 // domains share the domain "overflow".
-const MaxDomains = 1000
+const (
+	MaxDomains     = 1000
+	MaxDomainBytes = 1 << 20
+)
 
 // Overflow is the key under which counts past MaxRules or MaxDomains are
 // reported.
@@ -70,14 +80,16 @@ var ResponseTimeBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5
 // Stats is the service's statistics. Create it with New; the zero value
 // is not usable. It is safe for concurrent use.
 type Stats struct {
-	mu       sync.RWMutex // protects rules, ruleList, overflow
-	rules    map[string]*Rule
-	ruleList []*Rule // in creation order, overflow last once used
-	overflow *Rule
+	mu        sync.RWMutex // protects rules, ruleList, ruleBytes, overflow
+	rules     map[string]*Rule
+	ruleList  []*Rule // in creation order, overflow last once used
+	ruleBytes int     // the keys' length together
+	overflow  *Rule
 
-	dmu        sync.RWMutex // protects domains, domainList
-	domains    map[string]*Domain
-	domainList []*Domain
+	dmu         sync.RWMutex // protects domains, domainList, domainBytes
+	domains     map[string]*Domain
+	domainList  []*Domain
+	domainBytes int // the names' length together
 
 	// Service counters.
 	ConfigLoadSuccess atomic.Uint64
@@ -111,7 +123,8 @@ func New() *Stats {
 }
 
 // Rule returns the counters of a stats key, creating them on first use.
-// Past MaxRules keys it returns the shared overflow counters.
+// Past MaxRules keys, or MaxRuleBytes of them, it returns the shared
+// overflow counters.
 func (s *Stats) Rule(key string) *Rule {
 	s.mu.RLock()
 	r, ok := s.rules[key]
@@ -124,7 +137,7 @@ func (s *Stats) Rule(key string) *Rule {
 	if r, ok := s.rules[key]; ok {
 		return r
 	}
-	if len(s.rules) >= MaxRules {
+	if len(s.rules) >= MaxRules || s.ruleBytes+len(key) > MaxRuleBytes {
 		if s.overflow == nil {
 			s.overflow = &Rule{Key: Overflow}
 			s.ruleList = append(s.ruleList, s.overflow)
@@ -132,6 +145,7 @@ func (s *Stats) Rule(key string) *Rule {
 		return s.overflow
 	}
 	r = &Rule{Key: key}
+	s.ruleBytes += len(key)
 	s.rules[key] = r
 	s.ruleList = append(s.ruleList, r)
 	return r
@@ -163,13 +177,14 @@ func (s *Stats) newDomain(name string) *Domain {
 	if d, ok := s.domains[name]; ok {
 		return d
 	}
-	if len(s.domains) >= MaxDomains {
+	if len(s.domains) >= MaxDomains || s.domainBytes+len(name) > MaxDomainBytes {
 		name = Overflow
 		if d, ok := s.domains[name]; ok {
 			return d
 		}
 	}
 	d := &Domain{Name: name}
+	s.domainBytes += len(name)
 	s.domains[name] = d
 	s.domainList = append(s.domainList, d)
 	return d

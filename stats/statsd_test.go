@@ -1,6 +1,7 @@
 package stats_test
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -127,6 +128,51 @@ func TestStatsDBoundsWhatItSends(t *testing.T) {
 		}
 		if last := rules[len(rules)-1]; last.Key != stats.Overflow || last.TotalHits.Load() != 5 {
 			t.Errorf("got last rule %q with %d hits, want %q with 5", last.Key, last.TotalHits.Load(), stats.Overflow)
+		}
+	})
+	t.Run("past MaxRuleBytes of keys, further keys share the overflow rule", func(t *testing.T) {
+		// Keys of request values as long as --max-descriptor-entry-bytes
+		// allows: the budget in bytes comes long before MaxRules.
+		st := stats.New()
+		const keyBytes = 1 << 20
+		fit := stats.MaxRuleBytes / keyBytes
+		for i := range fit + 3 {
+			st.Rule(fmt.Sprintf("d.k_%07d_%s", i, strings.Repeat("v", keyBytes-len("d.k_0000000_")))).TotalHits.Add(1)
+		}
+		rules := st.Rules()
+		if len(rules) != fit+1 {
+			t.Fatalf("got %d rules, want %d kept and the overflow", len(rules), fit)
+		}
+		if last := rules[len(rules)-1]; last.Key != stats.Overflow || last.TotalHits.Load() != 3 {
+			t.Errorf("got last rule %q with %d hits, want %q with 3", last.Key[:min(len(last.Key), 20)], last.TotalHits.Load(), stats.Overflow)
+		}
+		// A short key still finds the overflow once the budget is spent.
+		if got := st.Rule("d.short").Key; got != stats.Overflow {
+			t.Errorf("a short key past the budget: got %q, want %q", got, stats.Overflow)
+		}
+	})
+	t.Run("past MaxDomains or MaxDomainBytes, further domains share the overflow domain", func(t *testing.T) {
+		for _, tc := range []struct {
+			name      string
+			nameBytes int
+			kept      int
+		}{
+			{name: "short names, bounded in count", nameBytes: 8, kept: stats.MaxDomains},
+			{name: "long names, bounded in bytes", nameBytes: 64 << 10, kept: stats.MaxDomainBytes / (64 << 10)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				st := stats.New()
+				for i := range tc.kept + 4 {
+					st.DomainNotFound(fmt.Sprintf("%08d", i)+strings.Repeat("d", tc.nameBytes-8), 1)
+				}
+				ds := st.Domains()
+				if len(ds) != tc.kept+1 {
+					t.Fatalf("got %d domains, want %d kept and the overflow", len(ds), tc.kept)
+				}
+				if last := ds[len(ds)-1]; last.Name != stats.Overflow || last.NotFound.Load() != 4 {
+					t.Errorf("got last domain %.20q with %d, want %q with 4", last.Name, last.NotFound.Load(), stats.Overflow)
+				}
+			})
 		}
 	})
 }
