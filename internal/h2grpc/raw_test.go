@@ -159,6 +159,45 @@ func TestStreamsPastTheCapAreRefused(t *testing.T) {
 	}
 }
 
+// A client that resets its calls does not free their places while their
+// handlers still run (the "rapid reset" attack, CVE-2023-44487): one
+// connection opening and resetting calls as fast as it can would
+// otherwise start handlers without bound while the store is slow.
+func TestResetCallsHoldTheirPlaceUntilTheirHandlersReturn(t *testing.T) {
+	_, e, _, addr := serve(t, Options{MaxConcurrentStreams: 2})
+	r := dialRaw(t, addr)
+	open := func(id uint32) {
+		r.headers(id, "/test.Echo/Hold", false)
+		r.fr.WriteData(id, true, []byte{0, 0, 0, 0, 0})
+	}
+	for _, id := range []uint32{1, 3} {
+		open(id)
+		r.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+	}
+	for range 2 {
+		<-e.started
+	}
+	open(5)
+	f := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 5 || rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("got %v, want stream 5 refused while the reset calls' handlers run", f)
+	}
+	close(e.release)
+	// Once they return, a call is taken again.
+	deadline := time.Now().Add(5 * time.Second)
+	for id := uint32(7); ; id += 2 {
+		open(id)
+		select {
+		case <-e.started:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no call taken 5 s after the handlers returned")
+		}
+	}
+}
+
 func TestIdleAndOldConnectionsAreSentAway(t *testing.T) {
 	t.Run("idle", func(t *testing.T) {
 		_, _, _, addr := serve(t, Options{MaxConnectionIdle: 200 * time.Millisecond})

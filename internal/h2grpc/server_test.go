@@ -34,8 +34,9 @@ import (
 
 // echo is the test service: Unary answers its request's value, with the
 // call's metadata and facts about its context in the answer's headers and
-// trailers; Block waits for release or its context; Bidi echoes each
-// message.
+// trailers; Block waits for release or its context; Hold waits for
+// release alone, as a store call that does not see its context's end;
+// Bidi echoes each message.
 type echo struct {
 	release chan struct{}
 	started chan struct{}
@@ -100,6 +101,15 @@ func (e *echo) block(ctx context.Context, _ *wrapperspb.BytesValue) (*wrapperspb
 	}
 }
 
+func (e *echo) hold(context.Context, *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error) {
+	select {
+	case e.started <- struct{}{}:
+	default: // nobody counts (the fuzz target)
+	}
+	<-e.release
+	return wrapperspb.Bytes([]byte("released")), nil
+}
+
 func (e *echo) bidi(ss grpc.ServerStream) error {
 	for {
 		var m wrapperspb.BytesValue
@@ -136,6 +146,7 @@ var echoDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		unaryHandler((*echo).unary, "Unary"),
 		unaryHandler((*echo).block, "Block"),
+		unaryHandler((*echo).hold, "Hold"),
 	},
 	Streams: []grpc.StreamDesc{{StreamName: "Bidi", ServerStreams: true, ClientStreams: true,
 		Handler: func(srv any, ss grpc.ServerStream) error { return srv.(*echo).bidi(ss) }}},

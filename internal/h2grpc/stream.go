@@ -105,8 +105,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return protocolError("a client opened stream %d after %d: ids must be odd and increase", id, c.maxID)
 	}
 	c.maxID = id
+	// A call the client reset is forgotten at once but its handler runs
+	// on: it keeps its place in the cap until it returns (running), so
+	// that opening and resetting calls in a loop (the "rapid reset"
+	// attack, CVE-2023-44487) cannot start handlers without bound.
+	limit := c.s.opts.MaxConcurrentStreams
 	refuse := id > c.lastID || c.closed ||
-		c.s.opts.MaxConcurrentStreams > 0 && uint32(len(c.streams)) >= c.s.opts.MaxConcurrentStreams
+		limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit)
 	c.mu.Unlock()
 	if refuse {
 		c.writeReset(id, http2.ErrCodeRefusedStream)
