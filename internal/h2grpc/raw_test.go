@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -195,6 +196,34 @@ func TestResetCallsHoldTheirPlaceUntilTheirHandlersReturn(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no call taken 5 s after the handlers returned")
 		}
+	}
+}
+
+// A message's length prefix does not make the server allocate ahead of
+// the bytes: streams that declare 4 MiB and send nothing more cost the
+// little they sent, where each cost 4 MiB of heap before (8 connections
+// of 1,000 such streams took 33.5 GB of heap, from 80 KB sent).
+func TestADeclaredLengthIsNotAllocatedAhead(t *testing.T) {
+	_, _, _, addr := serve(t, Options{})
+	r := dialRaw(t, addr)
+	const streams = 200
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range streams {
+		id := uint32(2*i + 1)
+		r.headers(id, "/test.Echo/Unary", false)
+		r.fr.WriteData(id, false, []byte{0, 0, 0x3f, 0xff, 0xff}) // 4 MiB - 1 to come
+	}
+	// The server reads frames in order: the answer to a ping sent after
+	// them means it has taken every prefix.
+	r.fr.WritePing(false, [8]byte{7})
+	if r.until(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() }) == nil {
+		t.Fatal("no answer to the ping")
+	}
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+		t.Errorf("%d streams declaring 4 MiB each: the heap grew by %d MiB, want far less than the %d MiB declared", streams, grew>>20, streams*4)
 	}
 }
 

@@ -48,7 +48,8 @@ type stream struct {
 	// reader
 	hdr       [5]byte // the gRPC prefix of the message being received
 	nhdr      int     // bytes of hdr received
-	msg       []byte  // the message being received, allocated to its length (cap)
+	msg       []byte  // the message being received, grown as its bytes come
+	want      int     // the message's length, from its prefix
 	req       []byte  // unary: the request message, once complete
 	reqZipped bool
 	nreq      int // unary: complete messages received
@@ -356,6 +357,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
+// minMsgRoom is the least room a message being received starts with.
+const minMsgRoom = 512
+
 // take splits data into the stream's messages; it returns the status that
 // fails the call when a message is too large.
 func (st *stream) take(data []byte) *status.Status {
@@ -371,13 +375,24 @@ func (st *stream) take(data []byte) *status.Status {
 			if limit := st.c.s.opts.MaxRecvMsgSize; int64(size) > int64(limit) {
 				return status.Newf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", size, limit)
 			}
-			st.msg = make([]byte, 0, size)
+			// Room for the bytes that came, not for the length the prefix
+			// declares: five bytes declaring 4 MiB, on every stream of
+			// many connections, would otherwise hold gigabytes of heap
+			// the client never sent (and grpc-go does not allocate ahead
+			// either).
+			st.want = int(size)
+			st.msg = make([]byte, 0, min(st.want, max(len(data), minMsgRoom)))
 		} else {
-			k := min(len(data), cap(st.msg)-len(st.msg))
+			k := min(len(data), st.want-len(st.msg))
+			if len(st.msg)+k > cap(st.msg) {
+				grown := make([]byte, len(st.msg), min(st.want, max(2*cap(st.msg), len(st.msg)+k)))
+				copy(grown, st.msg)
+				st.msg = grown
+			}
 			st.msg = append(st.msg, data[:k]...)
 			data = data[k:]
 		}
-		if len(st.msg) == cap(st.msg) {
+		if len(st.msg) == st.want {
 			if err := st.deliver(queued{data: st.msg, zipped: st.hdr[0]&1 == 1}); err != nil {
 				return err
 			}
