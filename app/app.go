@@ -414,6 +414,8 @@ func (a *App) Start() error {
 		a.grpcServer = h2grpc.NewServer(h2grpc.Options{
 			TLS:                   tlsConfig,
 			MaxConcurrentStreams:  uint32(a.opts.GRPCMaxConcurrentStreams),
+			MaxStreams:            a.opts.GRPCMaxStreams,
+			MaxPendingBytes:       a.opts.GRPCMaxPendingBytes,
 			InitialWindowSize:     grpcWindow,
 			InitialConnWindowSize: grpcConnWindow,
 			MaxConnectionAge:      a.opts.GRPCMaxConnectionAge,

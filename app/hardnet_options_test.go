@@ -16,9 +16,10 @@ func TestConnectionLimitFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 		if o.HTTPReadTimeout != 10*time.Second || o.HTTPWriteTimeout != 30*time.Second || o.HTTPIdleTimeout != 2*time.Minute ||
-			o.MaxConnections != 4096 || o.GRPCMaxConnectionIdle != 5*time.Minute || o.GRPCKeepaliveMinTime != 10*time.Second || o.GRPCMaxConcurrentStreams != 1000 {
-			t.Errorf("got %v %v %v %d %v %v %d, want 10s 30s 2m0s 4096 5m0s 10s 1000", o.HTTPReadTimeout, o.HTTPWriteTimeout, o.HTTPIdleTimeout,
-				o.MaxConnections, o.GRPCMaxConnectionIdle, o.GRPCKeepaliveMinTime, o.GRPCMaxConcurrentStreams)
+			o.MaxConnections != 4096 || o.GRPCMaxConnectionIdle != 5*time.Minute || o.GRPCKeepaliveMinTime != 10*time.Second || o.GRPCMaxConcurrentStreams != 1000 ||
+			o.GRPCMaxStreams != 65536 || o.GRPCMaxPendingBytes != 64<<20 {
+			t.Errorf("got %v %v %v %d %v %v %d %d %d, want 10s 30s 2m0s 4096 5m0s 10s 1000 65536 67108864", o.HTTPReadTimeout, o.HTTPWriteTimeout, o.HTTPIdleTimeout,
+				o.MaxConnections, o.GRPCMaxConnectionIdle, o.GRPCKeepaliveMinTime, o.GRPCMaxConcurrentStreams, o.GRPCMaxStreams, o.GRPCMaxPendingBytes)
 		}
 	})
 	t.Run("flags and SLUICE_ variables set them", func(t *testing.T) {
@@ -42,6 +43,8 @@ func TestConnectionLimitFlags(t *testing.T) {
 		{[]string{"--grpc-max-connection-idle", "-1s"}, "--grpc-max-connection-idle: -1s is negative"},
 		{[]string{"--max-connections", "-1"}, "--max-connections: -1 is negative"},
 		{[]string{"--grpc-max-concurrent-streams", "0"}, "--grpc-max-concurrent-streams: 0 must be at least 1"},
+		{[]string{"--grpc-max-streams", "-1"}, "--grpc-max-streams: -1 is negative"},
+		{[]string{"--grpc-max-pending-bytes", "-1"}, "--grpc-max-pending-bytes: -1 is negative"},
 	} {
 		t.Run(strings.Join(tt.args, " ")+" is refused", func(t *testing.T) {
 			_, err := app.ParseServe(tt.args, func(string) string { return "" }, io.Discard)

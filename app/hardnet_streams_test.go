@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,9 +36,10 @@ func (h *heldStore) Do(ctx context.Context, now time.Time, b store.Batch, out []
 	return h.Store.Do(ctx, now, b, out)
 }
 
-// Past --grpc-max-concurrent-streams a further call on the same
-// connection waits at the client; it never reaches the store.
-func TestGRPCMaxConcurrentStreams(t *testing.T) {
+// startHeld starts the service with tweak applied and a store whose calls
+// wait until open is called (at the latest when the test ends).
+func startHeld(t *testing.T, tweak func(*app.Options)) (a *app.App, hs *heldStore, open func()) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "basic.yaml"), []byte(basicConfig), 0o644); err != nil {
 		t.Fatal(err)
@@ -46,8 +48,8 @@ func TestGRPCMaxConcurrentStreams(t *testing.T) {
 	o.ConfigPath = dir
 	o.GRPCAddr, o.HTTPAddr, o.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.LogLevel = "error"
-	o.GRPCMaxConcurrentStreams = 2
-	hs := &heldStore{Store: memory.New(memory.Options{}), gate: make(chan struct{})}
+	tweak(&o)
+	hs = &heldStore{Store: memory.New(memory.Options{}), gate: make(chan struct{})}
 	a, err := app.New(o, app.Deps{Logger: app.NewLogger(o, os.Stderr), Clock: clock.NewFake(time.Unix(1_800_000_000, 0)), Store: hs})
 	if err != nil {
 		t.Fatal(err)
@@ -55,48 +57,92 @@ func TestGRPCMaxConcurrentStreams(t *testing.T) {
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
-	opened := false
-	open := func() {
-		if !opened {
-			opened = true
-			close(hs.gate)
-		}
-	}
-	defer func() {
+	var once sync.Once
+	open = func() { once.Do(func() { close(hs.gate) }) }
+	t.Cleanup(func() {
 		open()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = a.Shutdown(ctx)
-	}()
+	})
+	return a, hs, open
+}
+
+// dialRLS returns a rate-limit client on a connection of its own to a.
+func dialRLS(t *testing.T, a *app.App) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{desc("ip", "1.1.1.1")}}
-	done := make(chan error, 2)
-	for range 2 {
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+var heldReq = &rlsv3.RateLimitRequest{Domain: "basic", Descriptors: []*rlcommon.RateLimitDescriptor{desc("ip", "1.1.1.1")}}
+
+// holdCalls makes one call through each client, in the background, and
+// waits until all of them are held in the store; their errors come on the
+// channel returned.
+func holdCalls(t *testing.T, hs *heldStore, clients ...rlsv3.RateLimitServiceClient) <-chan error {
+	t.Helper()
+	done := make(chan error, len(clients))
+	for _, client := range clients {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_, err := client.ShouldRateLimit(ctx, req)
+			_, err := client.ShouldRateLimit(ctx, heldReq)
 			done <- err
 		}()
 	}
-	eventually(t, "two calls held in the store", func() bool { return hs.reached.Load() == 2 })
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := client.ShouldRateLimit(ctx, req); status.Code(err) != codes.DeadlineExceeded {
-		t.Errorf("a third call past 2 streams: got %v, want DeadlineExceeded", err)
-	}
-	if got := hs.reached.Load(); got != 2 {
-		t.Errorf("calls that reached the store: got %d, want 2", got)
+	eventually(t, "the calls held in the store", func() bool { return int(hs.reached.Load()) == len(clients) })
+	return done
+}
+
+// release checks that only the held calls reached the store, lets them
+// go, and checks that they are answered.
+func release(t *testing.T, hs *heldStore, open func(), done <-chan error) {
+	t.Helper()
+	held := cap(done)
+	if got := hs.reached.Load(); int(got) != held {
+		t.Errorf("calls that reached the store: got %d, want the %d held", got, held)
 	}
 	open()
-	for range 2 {
+	for range held {
 		if err := <-done; err != nil {
 			t.Errorf("a held call once released: got %v, want an answer", err)
 		}
+	}
+}
+
+// Past --grpc-max-concurrent-streams a further call on the same
+// connection waits at the client; it never reaches the store.
+func TestGRPCMaxConcurrentStreams(t *testing.T) {
+	a, hs, open := startHeld(t, func(o *app.Options) { o.GRPCMaxConcurrentStreams = 2 })
+	client := dialRLS(t, a)
+	done := holdCalls(t, hs, client, client)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := client.ShouldRateLimit(ctx, heldReq); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a third call past 2 streams: got %v, want DeadlineExceeded", err)
+	}
+	release(t, hs, open, done)
+}
+
+// Past --grpc-max-streams a further call is refused whatever its
+// connection, before it reaches the store; once the calls end, calls are
+// taken again.
+func TestGRPCMaxStreamsBoundsEveryConnectionTogether(t *testing.T) {
+	a, hs, open := startHeld(t, func(o *app.Options) { o.GRPCMaxStreams = 2 })
+	done := holdCalls(t, hs, dialRLS(t, a), dialRLS(t, a))
+	third := dialRLS(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := third.ShouldRateLimit(ctx, heldReq); err == nil {
+		t.Error("a third call on a third connection: got an answer, want it refused")
+	}
+	release(t, hs, open, done)
+	if _, err := third.ShouldRateLimit(context.Background(), heldReq); err != nil {
+		t.Errorf("a call once the others ended: got %v, want an answer", err)
 	}
 }

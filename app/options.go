@@ -250,6 +250,12 @@ type Options struct {
 	// GRPCMaxConcurrentStreams caps the calls in flight on one gRPC
 	// connection; default 1000, at least 1.
 	GRPCMaxConcurrentStreams int
+	// GRPCMaxStreams caps the calls open on the whole gRPC server, and
+	// GRPCMaxPendingBytes the bytes of their requests held unfinished,
+	// every connection together (--grpc-server sluice only); defaults
+	// 65,536 and 64 MiB, 0: no cap.
+	GRPCMaxStreams      int
+	GRPCMaxPendingBytes int64
 
 	// Stats configure the StatsD/DogStatsD sink and envoyproxy/ratelimit's
 	// Prometheus series (--statsd-*, --stats-*, --dogstatsd*,
@@ -397,6 +403,8 @@ func Defaults() Options {
 		GRPCMaxConnectionIdle:    5 * time.Minute,
 		GRPCKeepaliveMinTime:     10 * time.Second,
 		GRPCMaxConcurrentStreams: 1000,
+		GRPCMaxStreams:           65536,
+		GRPCMaxPendingBytes:      64 << 20,
 	}
 }
 
@@ -527,6 +535,8 @@ flags:
 	durationVar(fs, &o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", o.GRPCMaxConnectionIdle, "close gRPC connections without a call for this long with a GOAWAY (0: never)")
 	durationVar(fs, &o.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", o.GRPCKeepaliveMinTime, "shortest interval between a gRPC client's keepalive pings; faster pingers are disconnected")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "most calls in flight on one gRPC connection")
+	fs.IntVar(&o.GRPCMaxStreams, "grpc-max-streams", o.GRPCMaxStreams, "most calls open on the gRPC server, every connection together, with --grpc-server sluice (0: no cap)")
+	fs.Int64Var(&o.GRPCMaxPendingBytes, "grpc-max-pending-bytes", o.GRPCMaxPendingBytes, "most bytes of unfinished request messages the gRPC server holds, every call together, with --grpc-server sluice (0: no cap)")
 
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.
@@ -739,6 +749,12 @@ func (o *Options) Validate() error {
 	}
 	if o.GRPCMaxConcurrentStreams < 1 {
 		bad("grpc-max-concurrent-streams", "%d must be at least 1", o.GRPCMaxConcurrentStreams)
+	}
+	if o.GRPCMaxStreams < 0 {
+		bad("grpc-max-streams", "%d is negative (0: no cap)", o.GRPCMaxStreams)
+	}
+	if o.GRPCMaxPendingBytes < 0 {
+		bad("grpc-max-pending-bytes", "%d is negative (0: no cap)", o.GRPCMaxPendingBytes)
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)

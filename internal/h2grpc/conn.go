@@ -510,6 +510,7 @@ func (c *conn) forget(st *stream) {
 	c.mu.Lock()
 	if c.streams[st.id] == st {
 		delete(c.streams, st.id)
+		c.release(st)
 	}
 	last := c.draining && len(c.streams) == 0 && c.goAways != 1
 	c.mu.Unlock()
@@ -615,6 +616,7 @@ func (c *conn) close(err error) {
 	streams := make([]*stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)
+		c.release(st)
 	}
 	clear(c.streams)
 	c.mu.Unlock()

@@ -31,6 +31,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -47,6 +48,18 @@ type Options struct {
 	// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
 	// REFUSED_STREAM. Default (0): no cap.
 	MaxConcurrentStreams uint32
+	// MaxStreams caps the calls open on the whole server, every
+	// connection together; more are refused with REFUSED_STREAM. A call
+	// holds memory from its HEADERS until it ends, even one whose request
+	// never comes: without it, the bound would be MaxConcurrentStreams
+	// times however many connections are open. Default (0): no cap.
+	MaxStreams int
+	// MaxPendingBytes caps the bytes of request messages the server holds
+	// unfinished, every call together: a message is held until its last
+	// byte comes. A call whose message would pass the cap answers
+	// RESOURCE_EXHAUSTED. A message that comes whole in one DATA frame is
+	// never held. Default (0): no cap.
+	MaxPendingBytes int64
 	// MaxRecvMsgSize is the largest request message accepted, in bytes;
 	// larger ones answer RESOURCE_EXHAUSTED. Default 4 MiB, grpc-go's.
 	MaxRecvMsgSize int
@@ -131,6 +144,12 @@ type Server struct {
 	quit      chan struct{} // closed by Stop and GracefulStop: workers end
 
 	methods map[string]*method // by path, "/package.Service/Method"; set before serving
+
+	// open is the calls open on every connection (conn.streams
+	// together), and pending the bytes of their unfinished messages
+	// (stream.pending together); both change under the conn's mu.
+	open    atomic.Int64
+	pending atomic.Int64
 
 	mu        sync.Mutex // protects the fields below
 	listeners map[net.Listener]struct{}

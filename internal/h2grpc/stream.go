@@ -46,13 +46,18 @@ type stream struct {
 	owed atomic.Int64
 
 	// reader
-	hdr       [5]byte // the gRPC prefix of the message being received
-	nhdr      int     // bytes of hdr received
-	msg       []byte  // the message being received, grown as its bytes come
-	want      int     // the message's length, from its prefix
-	req       []byte  // unary: the request message, once complete
-	reqZipped bool
-	nreq      int // unary: complete messages received
+	hdr         [5]byte // the gRPC prefix of the message being received
+	nhdr        int     // bytes of hdr received
+	msg         []byte  // the message being received, grown as its bytes come
+	want        int     // the message's length, from its prefix
+	pendingSeen int64   // the bytes of msg counted in pending, as the reader last set it
+	req         []byte  // unary: the request message, once complete
+	reqZipped   bool
+	nreq        int // unary: complete messages received
+
+	// pending is the bytes of the message being received that count in
+	// Server.pending; conn.mu guards it.
+	pending int64
 
 	// clientDone is set by the reader when the client's END_STREAM
 	// arrives; writers read it to know whether to reset the stream after
@@ -112,7 +117,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	// attack, CVE-2023-44487) cannot start handlers without bound.
 	limit := c.s.opts.MaxConcurrentStreams
 	refuse := id > c.lastID || c.closed ||
-		limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit)
+		limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit) ||
+		c.s.opts.MaxStreams > 0 && c.s.open.Load() >= int64(c.s.opts.MaxStreams)
 	c.mu.Unlock()
 	if refuse {
 		c.writeReset(id, http2.ErrCodeRefusedStream)
@@ -252,6 +258,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	// Before the stream is published; from then on wmu guards it.
 	st.sendWindow = c.peerWindow
 	c.streams[id] = st
+	c.s.open.Add(1)
 	c.opened++
 	c.mu.Unlock()
 
@@ -351,10 +358,43 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		st.fail(err)
 		return nil
 	}
+	if held := int64(len(st.msg)); held != st.pendingSeen {
+		if err := c.hold(st, held); err != nil {
+			st.fail(err)
+			return nil
+		}
+	}
 	if f.StreamEnded() {
 		c.endOfStream(st)
 	}
 	return nil
+}
+
+// hold counts n bytes of st's unfinished message in the server's pending
+// bytes (0 once it is complete), or answers why it cannot: the server
+// would hold more than MaxPendingBytes.
+func (c *conn) hold(st *stream, n int64) *status.Status {
+	st.pendingSeen = n
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.streams[st.id] != st {
+		return nil // ended meanwhile: forget released what it held
+	}
+	d := n - st.pending
+	if limit := c.s.opts.MaxPendingBytes; d > 0 && limit > 0 && c.s.pending.Load()+d > limit {
+		return status.Newf(codes.ResourceExhausted, "grpc: the server holds as many bytes of unfinished requests as it takes (%d); try again", limit)
+	}
+	st.pending = n
+	c.s.pending.Add(d)
+	return nil
+}
+
+// release takes st, which leaves c.streams, out of the server's open
+// calls and pending bytes; it requires c.mu held.
+func (c *conn) release(st *stream) {
+	c.s.open.Add(-1)
+	c.s.pending.Add(-st.pending)
+	st.pending = 0
 }
 
 // minMsgRoom is the least room a message being received starts with.
