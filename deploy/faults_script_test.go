@@ -61,6 +61,11 @@ func TestFaultsScriptRunsEveryScenario(t *testing.T) {
 		{"it runs the SIGTERM scenario", "\nsigterm\n"},
 		{"it runs the bad reloads scenario", "\nbad_reloads\n"},
 		{"it swaps the runtime root", `mv -T "$rt/current.new" "$rt/current"`},
+		{"it builds the HTTP/2 abuser", `go build -o "$work/h2abuse" ./scripts/h2abuse`},
+		{"it runs the HTTP/2 abuse scenario", "\nh2_abuse\n"},
+		{"it resets calls in a loop while Redis is paused", "-mode reset -n 200000"},
+		{"it opens calls past --grpc-max-streams", "-mode idle -conns 80 -streams 1000"},
+		{"it leaves messages unfinished", "-mode unfinished"},
 		{"it prints the table's header", `echo "| scenario | tried | measured | held |"`},
 		{"it fails when a scenario did not hold", `exit "$failed"`},
 	}

@@ -19,7 +19,13 @@
 #      exits within --shutdown-timeout;
 #   6. bad reloads: a broken file written in place, then the runtime root
 #      swapped to an invalid config: the service keeps answering with the
-#      last good one, counts the failures, and takes a good one after.
+#      last good one, counts the failures, and takes a good one after;
+#   7. HTTP/2 abuse on the gRPC port (scripts/h2abuse writes the frames):
+#      calls opened and reset in a loop while Redis is paused, calls that
+#      declare 4 MiB and send 5 bytes, calls that never send a request,
+#      and calls that send 1 MiB of a message and never finish it: the
+#      goroutines, the heap and RSS stay bounded, the calls past the caps
+#      are refused, and the service answers normally afterwards.
 #
 #   scripts/faults.sh
 #
@@ -39,6 +45,7 @@ cleanup() {
 trap cleanup EXIT
 
 go build -o "$work/sluice" ./cmd/sluice
+go build -o "$work/h2abuse" ./scripts/h2abuse
 sluice=$work/sluice
 
 used=" "
@@ -470,12 +477,87 @@ bad_reloads() {
     "$verdict"
 }
 
+# 7. HTTP/2 abuse ----------------------------------------------------------
+h2_abuse() {
+  local rport grpc http dbg
+  rport=$(free_port) grpc=$(free_port) http=$(free_port) dbg=$(free_port)
+  start_redis "$rport"
+  start_sluice h2 "$grpc" "$http" --debug-addr "127.0.0.1:$dbg" --store redis --redis-addr "127.0.0.1:$rport"
+  local spid=$sluice_pid body steps=() verdict=ok
+  wait_port "$dbg"
+  body='{"domain":"faults","descriptors":[{"entries":[{"key":"roomy","value":"a"}]}]}'
+  curl -s -o /dev/null --max-time 5 --data-binary "$body" "http://127.0.0.1:$http/json" # warm Redis's connections
+  abuse() { "$work/h2abuse" -addr "127.0.0.1:$grpc" "$@"; }
+  field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2"; }
+  heap_mib() { metric "$dbg" go_memstats_heap_inuse_bytes | awk '{printf "%d", $1 / 1048576}'; }
+
+  # a. rapid reset while Redis is paused: the calls' handlers wait
+  kill -STOP "$redis_pid"
+  abuse -mode reset -n 200000 -hold 1s >"$work/h2-reset" &
+  local apid=$! maxg=0 g
+  while kill -0 "$apid" 2>/dev/null; do
+    g=$(metric "$dbg" go_goroutines)
+    case $g in absent | "") ;; *) if [ "${g%.*}" -gt "$maxg" ]; then maxg=${g%.*}; fi ;; esac
+    sleep 0.1
+  done
+  wait "$apid" || true
+  kill -CONT "$redis_pid"
+  steps+=("200,000 calls opened and reset on one connection, Redis paused: at most $maxg goroutines")
+  if [ "$maxg" -ge 5000 ]; then verdict=FAILED; fi
+
+  # held NAME ARGS...: runs the abuser with ARGS, its connections held 3 s,
+  # into $work/h2-NAME; 2.5 s in, sets heap and rss (MiB) for the server
+  local heap rss
+  held() {
+    local name=$1 pid
+    shift
+    abuse "$@" -hold 3s >"$work/h2-$name" &
+    pid=$!
+    sleep 2.5
+    heap=$(heap_mib) rss=$(($(rss_kib "$spid") / 1024))
+    wait "$pid" || true
+  }
+
+  # b. calls that declare 4 MiB and send 5 bytes
+  held declared -mode declared -conns 8 -streams 1000
+  steps+=("8 connections × 1,000 calls declaring 4 MiB and sending 5 bytes: heap in use $heap MiB, RSS $rss MiB")
+  if [ "$heap" -ge 512 ]; then verdict=FAILED; fi
+
+  # c. calls that never send a request, past --grpc-max-streams (65,536)
+  held idle -mode idle -conns 80 -streams 1000
+  local refused
+  refused=$(field refused "$work/h2-idle")
+  steps+=("80 connections × 1,000 calls sending no request: $refused refused, heap in use $heap MiB, RSS $rss MiB")
+  if [ "${refused:-0}" -lt 14464 ] || [ "$heap" -ge 512 ]; then verdict=FAILED; fi
+
+  # d. calls that send 1 MiB of a 4 MiB message and never finish it
+  held unfinished -mode unfinished -conns 16 -streams 100 -send 1048576
+  local exhausted
+  exhausted=$(field resource_exhausted "$work/h2-unfinished")
+  steps+=("16 connections × 100 calls sending 1 MiB of a 4 MiB message: $exhausted answered RESOURCE_EXHAUSTED, heap in use $heap MiB, RSS $rss MiB")
+  if [ "${exhausted:-0}" -lt 1 ] || [ "$rss" -ge 1024 ]; then verdict=FAILED; fi
+
+  # e. and then a normal caller
+  local code alive=yes
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --data-binary "$body" "http://127.0.0.1:$http/json" || true)
+  if ! "$sluice" query --addr "127.0.0.1:$grpc" --domain faults --timeout 5s roomy=a >/dev/null 2>&1; then code="$code, gRPC failed"; verdict=FAILED; fi
+  kill -0 "$spid" 2>/dev/null || alive=no
+  if [ "${code%%,*}" != 200 ] || [ "$alive" != yes ]; then verdict=FAILED; fi
+  row "7. HTTP/2 abuse on the gRPC port" \
+    "frames written by \`scripts/h2abuse\`; \`--store redis\`, defaults otherwise (\`--grpc-max-concurrent-streams\` 1000, \`--grpc-max-streams\` 65,536, \`--grpc-max-pending-bytes\` 64 MiB)" \
+    "$(printf '%s; ' "${steps[@]}")then a normal call answered $code over /json and over gRPC; process alive: $alive" \
+    "$verdict"
+  kill "$spid"
+  wait "$spid" 2>/dev/null || true
+}
+
 bad_inputs
 over_admission
 redis_killed
 redis_paused
 sigterm
 bad_reloads
+h2_abuse
 
 echo "scripts/faults.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sm), $(nproc) cores, $(go version | awk '{print $3}'), $(redis-server --version | awk '{print $3}')"
 echo
