@@ -250,10 +250,11 @@ type Options struct {
 	// GRPCMaxConcurrentStreams caps the calls in flight on one gRPC
 	// connection; default 1000, at least 1.
 	GRPCMaxConcurrentStreams int
-	// GRPCMaxStreams caps the calls open on the whole gRPC server, and
+	// GRPCMaxStreams bounds the calls open on the whole gRPC server, and
 	// GRPCMaxPendingBytes the bytes of their requests held unfinished,
-	// every connection together (--grpc-server sluice only); defaults
-	// 65,536 and 64 MiB, 0: no cap.
+	// every connection together; past a bound, only connections holding
+	// less than an even share may take more, past twice it none
+	// (--grpc-server sluice only). Defaults 65,536 and 64 MiB, 0: none.
 	GRPCMaxStreams      int
 	GRPCMaxPendingBytes int64
 
@@ -535,8 +536,8 @@ flags:
 	durationVar(fs, &o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", o.GRPCMaxConnectionIdle, "close gRPC connections without a call for this long with a GOAWAY (0: never)")
 	durationVar(fs, &o.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", o.GRPCKeepaliveMinTime, "shortest interval between a gRPC client's keepalive pings; faster pingers are disconnected")
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams, "most calls in flight on one gRPC connection")
-	fs.IntVar(&o.GRPCMaxStreams, "grpc-max-streams", o.GRPCMaxStreams, "most calls open on the gRPC server, every connection together, with --grpc-server sluice (0: no cap)")
-	fs.Int64Var(&o.GRPCMaxPendingBytes, "grpc-max-pending-bytes", o.GRPCMaxPendingBytes, "most bytes of unfinished request messages the gRPC server holds, every call together, with --grpc-server sluice (0: no cap)")
+	fs.IntVar(&o.GRPCMaxStreams, "grpc-max-streams", o.GRPCMaxStreams, "calls open on the gRPC server, every connection together, past which only connections holding less than an even share may open more, with --grpc-server sluice (0: no bound)")
+	fs.Int64Var(&o.GRPCMaxPendingBytes, "grpc-max-pending-bytes", o.GRPCMaxPendingBytes, "bytes of unfinished request messages the gRPC server holds, every call together, shared as --grpc-max-streams (0: no bound)")
 
 	// Least to most precedence: envoyproxy/ratelimit's variables, SLUICE_
 	// variables, flags; each layer overwrites what the one before set.

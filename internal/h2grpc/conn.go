@@ -81,6 +81,9 @@ type conn struct {
 	// running counts the unary calls running on goroutines of their own
 	// or workers, which finish their answers' writes themselves.
 	running atomic.Int32
+	// pending is the bytes of the connection's unfinished messages that
+	// count in Server.pending (its streams' pending together); mu guards it.
+	pending int64
 
 	// active is set by the reader on every frame and cleared by the
 	// keepalive loop: whether the client said anything since it last

@@ -407,3 +407,78 @@ func TestUnfinishedMessagesPastTheServersCapFail(t *testing.T) {
 	r.nc.Close()
 	waitFor(t, "the connection closed, bytes or calls still counted", func() bool { return s.pending.Load() == 0 && s.open.Load() == 0 })
 }
+
+// Past MaxStreams a connection holding more than its share is refused,
+// but one holding less still opens calls: a few connections that hold
+// many calls cannot shut the others out.
+func TestAGreedyConnectionDoesNotShutOutTheOthers(t *testing.T) {
+	s, _, _, addr := serve(t, Options{MaxStreams: 4})
+	a := dialRaw(t, addr)
+	for _, id := range []uint32{1, 3, 5, 7, 9} {
+		a.headers(id, "/test.Echo/Block", false) // requests that never come
+	}
+	f := a.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 9 || rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("the one connection's fifth call: got %v, want it refused", f)
+	}
+	b := dialRaw(t, addr)
+	for _, id := range []uint32{1, 3, 5} {
+		b.headers(id, "/test.Echo/Block", false)
+	}
+	f = b.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 5 || rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("a second connection's calls past its share (2 of 4): got %v, want its third refused", f)
+	}
+	if got := s.open.Load(); got != 6 {
+		t.Errorf("got %d calls open, want the first connection's 4 and the second's 2", got)
+	}
+}
+
+func TestAdmitTakesAnEvenShareUpToTwiceTheBound(t *testing.T) {
+	for _, tt := range []struct {
+		total, mine, bound, conns int64
+		want                      bool
+	}{
+		{total: 10, mine: 10, bound: 0, conns: 1, want: true}, // no bound
+		{total: 4, mine: 4, bound: 4, conns: 1, want: true},   // within it
+		{total: 5, mine: 5, bound: 4, conns: 1, want: false},  // past it, the only connection
+		{total: 5, mine: 1, bound: 4, conns: 2, want: true},   // past it, within a share of 2
+		{total: 6, mine: 3, bound: 4, conns: 2, want: false},  // past its share
+		{total: 8, mine: 1, bound: 4, conns: 4, want: true},   // at twice the bound
+		{total: 9, mine: 1, bound: 4, conns: 4, want: false},  // past twice the bound
+		{total: 5, mine: 1, bound: 4, conns: 8, want: false},  // a share of 0
+	} {
+		s := &Server{}
+		s.nconns.Store(tt.conns)
+		if got := s.admit(tt.total, tt.mine, tt.bound); got != tt.want {
+			t.Errorf("admit(total %d, mine %d, bound %d) with %d connections: got %v, want %v", tt.total, tt.mine, tt.bound, tt.conns, got, tt.want)
+		}
+	}
+}
+
+// Past MaxPendingBytes, a connection holding less than its share of
+// unfinished bytes may still hold more.
+func TestUnfinishedBytesAreSharedBetweenConnections(t *testing.T) {
+	const limit = 1 << 20
+	s, _, _, addr := serve(t, Options{MaxPendingBytes: limit})
+	chunk := make([]byte, 16<<10)
+	send := func(r *rawConn, id uint32, n int) {
+		r.headers(id, "/test.Echo/Unary", false)
+		r.fr.WriteData(id, false, []byte{0, 0, 0x40, 0, 0})
+		for ; n > 0; n -= len(chunk) {
+			r.fr.WriteData(id, false, chunk[:min(n, len(chunk))])
+		}
+	}
+	a := dialRaw(t, addr)
+	send(a, 1, 512<<10)
+	send(a, 3, 512<<10)
+	waitFor(t, "the first connection holding 1 MiB", func() bool { return s.pending.Load() == limit })
+	b := dialRaw(t, addr)
+	b.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	send(b, 1, 256<<10) // within its share of 512 KiB, past the bound
+	waitFor(t, "the second connection's 256 KiB held past the bound", func() bool { return s.pending.Load() == limit+256<<10 })
+	send(b, 3, 512<<10) // past its share
+	if got := b.status(3); got != "8" {
+		t.Fatalf("the second connection past its share: got grpc-status %q, want 8 (RESOURCE_EXHAUSTED)", got)
+	}
+}

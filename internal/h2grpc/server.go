@@ -48,17 +48,21 @@ type Options struct {
 	// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
 	// REFUSED_STREAM. Default (0): no cap.
 	MaxConcurrentStreams uint32
-	// MaxStreams caps the calls open on the whole server, every
-	// connection together; more are refused with REFUSED_STREAM. A call
-	// holds memory from its HEADERS until it ends, even one whose request
-	// never comes: without it, the bound would be MaxConcurrentStreams
-	// times however many connections are open. Default (0): no cap.
+	// MaxStreams bounds the calls open on the whole server, every
+	// connection together. A call holds memory from its HEADERS until it
+	// ends, even one whose request never comes: without it, the bound
+	// would be MaxConcurrentStreams times however many connections are
+	// open. Past MaxStreams, a connection may still open calls while it
+	// holds less than an even share of them (MaxStreams over the open
+	// connections), so that a few connections holding many calls cannot
+	// shut the others out; past twice MaxStreams, none may. A call
+	// refused is reset with REFUSED_STREAM. Default (0): no bound.
 	MaxStreams int
-	// MaxPendingBytes caps the bytes of request messages the server holds
-	// unfinished, every call together: a message is held until its last
-	// byte comes. A call whose message would pass the cap answers
+	// MaxPendingBytes bounds, in the same way, the bytes of request
+	// messages the server holds unfinished: a message is held until its
+	// last byte comes. A call whose message is refused room answers
 	// RESOURCE_EXHAUSTED. A message that comes whole in one DATA frame is
-	// never held. Default (0): no cap.
+	// never held. Default (0): no bound.
 	MaxPendingBytes int64
 	// MaxRecvMsgSize is the largest request message accepted, in bytes;
 	// larger ones answer RESOURCE_EXHAUSTED. Default 4 MiB, grpc-go's.
@@ -150,6 +154,7 @@ type Server struct {
 	// (stream.pending together); both change under the conn's mu.
 	open    atomic.Int64
 	pending atomic.Int64
+	nconns  atomic.Int64 // len(conns)
 
 	mu        sync.Mutex // protects the fields below
 	listeners map[net.Listener]struct{}
@@ -351,12 +356,29 @@ func (s *Server) track(c *conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	s.nconns.Store(int64(len(s.conns)))
 	return true
+}
+
+// admit reports whether a connection holding mine of a server-wide
+// resource may have more, the server holding total of it against bound
+// (both counted with what is asked for): always within the bound; past
+// it, while the connection holds less than an even share of the bound;
+// past twice the bound, never.
+func (s *Server) admit(total, mine, bound int64) bool {
+	switch {
+	case bound <= 0 || total <= bound:
+		return true
+	case total > 2*bound:
+		return false
+	}
+	return mine <= bound/max(s.nconns.Load(), 1)
 }
 
 func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.nconns.Store(int64(len(s.conns)))
 	s.connsGone.Broadcast()
 	s.mu.Unlock()
 }

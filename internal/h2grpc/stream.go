@@ -118,7 +118,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	limit := c.s.opts.MaxConcurrentStreams
 	refuse := id > c.lastID || c.closed ||
 		limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit) ||
-		c.s.opts.MaxStreams > 0 && c.s.open.Load() >= int64(c.s.opts.MaxStreams)
+		!c.s.admit(c.s.open.Load()+1, int64(len(c.streams))+1, int64(c.s.opts.MaxStreams))
 	c.mu.Unlock()
 	if refuse {
 		c.writeReset(id, http2.ErrCodeRefusedStream)
@@ -381,10 +381,11 @@ func (c *conn) hold(st *stream, n int64) *status.Status {
 		return nil // ended meanwhile: forget released what it held
 	}
 	d := n - st.pending
-	if limit := c.s.opts.MaxPendingBytes; d > 0 && limit > 0 && c.s.pending.Load()+d > limit {
-		return status.Newf(codes.ResourceExhausted, "grpc: the server holds as many bytes of unfinished requests as it takes (%d); try again", limit)
+	if d > 0 && !c.s.admit(c.s.pending.Load()+d, c.pending+d, c.s.opts.MaxPendingBytes) {
+		return status.Newf(codes.ResourceExhausted, "grpc: the server holds as many bytes of unfinished requests as it takes (%d); try again", c.s.opts.MaxPendingBytes)
 	}
 	st.pending = n
+	c.pending += d
 	c.s.pending.Add(d)
 	return nil
 }
@@ -394,6 +395,7 @@ func (c *conn) hold(st *stream, n int64) *status.Status {
 func (c *conn) release(st *stream) {
 	c.s.open.Add(-1)
 	c.s.pending.Add(-st.pending)
+	c.pending -= st.pending
 	st.pending = 0
 }
 
