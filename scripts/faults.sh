@@ -23,7 +23,8 @@
 #   7. HTTP/2 abuse on the gRPC port (scripts/h2abuse writes the frames):
 #      calls opened and reset in a loop while Redis is paused, calls that
 #      declare 4 MiB and send 5 bytes, calls that never send a request,
-#      and calls that send 1 MiB of a message and never finish it: the
+#      calls that send 1 MiB of a message and never finish it, and calls
+#      that send 1 MB of headers and nothing more: the
 #      goroutines, the heap and RSS stay bounded, the connections holding
 #      more than their share are refused, and a normal caller is answered
 #      meanwhile and afterwards.
@@ -543,7 +544,13 @@ h2_abuse() {
   steps+=("16 connections × 100 calls sending 1 MiB of a 4 MiB message: $exhausted answered RESOURCE_EXHAUSTED, heap in use $heap MiB, RSS $rss MiB, a normal call meanwhile $during")
   if [ "${exhausted:-0}" -lt 1 ] || [ "$rss" -ge 1024 ] || [ "$during" != answered ]; then verdict=FAILED; fi
 
-  # e. and then a normal caller
+  # e. calls that send 1 MiB of headers and no request
+  held headers -mode headers -conns 4 -streams 200 -send 1000000
+  refused=$(field refused "$work/h2-headers")
+  steps+=("4 connections × 200 calls sending 1 MB of headers and no request: $refused refused, heap in use $heap MiB, RSS $rss MiB, a normal call meanwhile $during")
+  if [ "${refused:-0}" -lt 1 ] || [ "$rss" -ge 1024 ] || [ "$during" != answered ]; then verdict=FAILED; fi
+
+  # f. and then a normal caller
   local code alive=yes
   code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --data-binary "$body" "http://127.0.0.1:$http/json" || true)
   if ! "$sluice" query --addr "127.0.0.1:$grpc" --domain faults --timeout 5s roomy=a >/dev/null 2>&1; then code="$code, gRPC failed"; verdict=FAILED; fi

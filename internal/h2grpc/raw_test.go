@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,12 +63,27 @@ func TestPingFloodIsSentAway(t *testing.T) {
 	}
 }
 
+// callHeaders is the header list headers sends for path.
+func callHeaders(path string) [][2]string {
+	return [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "test"}, {"content-type", "application/grpc"}, {"te", "trailers"}}
+}
+
+// headerBytes is the length of callHeaders' names and values together,
+// which a call's pending bytes count until the client ends its side.
+func headerBytes(path string) int64 {
+	var n int64
+	for _, f := range callHeaders(path) {
+		n += int64(len(f[0]) + len(f[1]))
+	}
+	return n
+}
+
 // headers sends a call's HEADERS for path on stream id.
 func (r *rawConn) headers(id uint32, path string, end bool) {
 	r.t.Helper()
 	var b bytes.Buffer
 	enc := hpack.NewEncoder(&b)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "test"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+	for _, f := range callHeaders(path) {
 		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b.Bytes(), EndHeaders: true, EndStream: end}); err != nil {
@@ -399,11 +415,12 @@ func TestUnfinishedMessagesPastTheServersCapFail(t *testing.T) {
 	if got := r.status(3); got != "8" {
 		t.Fatalf("the call past %d bytes: got grpc-status %q, want 8 (RESOURCE_EXHAUSTED)", limit, got)
 	}
-	waitFor(t, "pending bytes as stream 1 holds them", func() bool { return s.pending.Load() == 600<<10 })
+	hb := headerBytes("/test.Echo/Unary")
+	waitFor(t, "pending bytes as stream 1 holds them", func() bool { return s.pending.Load() == 600<<10+hb })
 	r.fr.WriteRSTStream(1, http2.ErrCodeCancel)
 	waitFor(t, "stream 1 reset, its bytes still pending", func() bool { return s.pending.Load() == 0 })
 	send(5, 900<<10)
-	waitFor(t, "stream 5's bytes held", func() bool { return s.pending.Load() == 900<<10 })
+	waitFor(t, "stream 5's bytes held", func() bool { return s.pending.Load() == 900<<10+hb })
 	r.nc.Close()
 	waitFor(t, "the connection closed, bytes or calls still counted", func() bool { return s.pending.Load() == 0 && s.open.Load() == 0 })
 }
@@ -469,16 +486,48 @@ func TestUnfinishedBytesAreSharedBetweenConnections(t *testing.T) {
 			r.fr.WriteData(id, false, chunk[:min(n, len(chunk))])
 		}
 	}
+	hb := headerBytes("/test.Echo/Unary")
 	a := dialRaw(t, addr)
-	send(a, 1, 512<<10)
-	send(a, 3, 512<<10)
-	waitFor(t, "the first connection holding 1 MiB", func() bool { return s.pending.Load() == limit })
+	send(a, 1, 500<<10)
+	send(a, 3, 500<<10)
+	waitFor(t, "the first connection holding 1000 KiB", func() bool { return s.pending.Load() == 1000<<10+2*hb })
 	b := dialRaw(t, addr)
 	b.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	send(b, 1, 256<<10) // within its share of 512 KiB, past the bound
-	waitFor(t, "the second connection's 256 KiB held past the bound", func() bool { return s.pending.Load() == limit+256<<10 })
+	waitFor(t, "the second connection's 256 KiB held past the bound", func() bool { return s.pending.Load() == 1256<<10+3*hb })
 	send(b, 3, 512<<10) // past its share
 	if got := b.status(3); got != "8" {
 		t.Fatalf("the second connection past its share: got grpc-status %q, want 8 (RESOURCE_EXHAUSTED)", got)
 	}
+}
+
+// A call's header list counts in the pending bytes until the client ends
+// its side: calls that send long headers and nothing more are refused
+// past MaxPendingBytes, where each kept its header list for good before
+// (4 connections of 1,000 calls, each sending 1 MiB of headers, held
+// 4.2 GB of heap; HPACK's table lets a few wire bytes name a long field
+// already sent).
+func TestHeaderListsCountAsPendingBytes(t *testing.T) {
+	const limit = 64 << 10
+	s, _, _, addr := serve(t, Options{MaxPendingBytes: limit})
+	r := dialRaw(t, addr)
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	long := strings.Repeat("v", 10<<10)
+	for i := range 8 {
+		b.Reset()
+		for _, f := range callHeaders("/test.Echo/Unary") {
+			enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		enc.WriteField(hpack.HeaderField{Name: "x-long", Value: long, Sensitive: true}) // literal each time
+		r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: b.Bytes(), EndHeaders: true})
+	}
+	f := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 13 || rst.ErrCode != http2.ErrCodeRefusedStream {
+		t.Fatalf("got %v, want the seventh call (past 64 KiB of 10 KiB header lists) refused", f)
+	}
+	// A whole call gives its header bytes back as its request ends.
+	r.fr.WriteData(1, true, []byte{0, 0, 0, 0, 0})
+	each := headerBytes("/test.Echo/Unary") + int64(len("x-long")+len(long))
+	waitFor(t, "the first call's header bytes given back", func() bool { return s.pending.Load() == 5*each })
 }

@@ -50,13 +50,15 @@ type stream struct {
 	nhdr        int     // bytes of hdr received
 	msg         []byte  // the message being received, grown as its bytes come
 	want        int     // the message's length, from its prefix
-	pendingSeen int64   // the bytes of msg counted in pending, as the reader last set it
+	hdrBytes    int64   // the header list's names and values, in bytes
+	pendingSeen int64   // the bytes counted in pending, as the reader last set it
 	req         []byte  // unary: the request message, once complete
 	reqZipped   bool
 	nreq        int // unary: complete messages received
 
-	// pending is the bytes of the message being received that count in
-	// Server.pending; conn.mu guards it.
+	// pending is the bytes that count in Server.pending while the client
+	// has not ended its side: the header list's and those of the message
+	// being received; conn.mu guards it.
 	pending int64
 
 	// clientDone is set by the reader when the client's END_STREAM
@@ -115,10 +117,18 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	// on: it keeps its place in the cap until it returns (running), so
 	// that opening and resetting calls in a loop (the "rapid reset"
 	// attack, CVE-2023-44487) cannot start handlers without bound.
+	// Its header list, up to maxHeaderList decoded (HPACK lets a few bytes
+	// on the wire name a long field already sent), is kept with the call
+	// and counts in the pending bytes until the client ends its side.
+	var hb int64
+	for _, hf := range f.Fields {
+		hb += int64(len(hf.Name) + len(hf.Value))
+	}
 	limit := c.s.opts.MaxConcurrentStreams
 	refuse := id > c.lastID || c.closed ||
 		limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit) ||
-		!c.s.admit(c.s.open.Load()+1, int64(len(c.streams))+1, int64(c.s.opts.MaxStreams))
+		!c.s.admit(c.s.open.Load()+1, int64(len(c.streams))+1, int64(c.s.opts.MaxStreams)) ||
+		!c.s.admit(c.s.pending.Load()+hb, c.pending+hb, c.s.opts.MaxPendingBytes)
 	c.mu.Unlock()
 	if refuse {
 		c.writeReset(id, http2.ErrCodeRefusedStream)
@@ -259,6 +269,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.sendWindow = c.peerWindow
 	c.streams[id] = st
 	c.s.open.Add(1)
+	st.hdrBytes, st.pending, st.pendingSeen = hb, hb, hb
+	c.pending += hb
+	c.s.pending.Add(hb)
 	c.opened++
 	c.mu.Unlock()
 
@@ -358,7 +371,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		st.fail(err)
 		return nil
 	}
-	if held := int64(len(st.msg)); held != st.pendingSeen {
+	if held := st.hdrBytes + int64(len(st.msg)); held != st.pendingSeen && !f.StreamEnded() {
 		if err := c.hold(st, held); err != nil {
 			st.fail(err)
 			return nil
@@ -470,6 +483,9 @@ func (st *stream) deliver(q queued) *status.Status {
 func (c *conn) endOfStream(st *stream) {
 	if st.clientDone.Swap(true) {
 		return
+	}
+	if st.pendingSeen != 0 {
+		c.hold(st, 0) // the request is whole: nothing of it is pending
 	}
 	if st.nhdr > 0 {
 		st.fail(status.New(codes.Internal, io.ErrUnexpectedEOF.Error()))

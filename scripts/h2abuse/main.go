@@ -13,7 +13,10 @@
 //   - idle: opens -streams calls on each of -conns connections and sends
 //     no request at all;
 //   - unfinished: like declared, then sends -send bytes of each message,
-//     never its end.
+//     never its end;
+//   - headers: opens -streams calls on each of -conns connections, each
+//     with a header list of -send bytes (a literal field, never indexed)
+//     and no request.
 //
 // The connections stay open for -hold, then close. The server's answers
 // are counted as they come: streams refused (RST_STREAM REFUSED_STREAM),
@@ -30,6 +33,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,11 +61,11 @@ type counts struct {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8081", "the gRPC server's address")
-	mode := flag.String("mode", "reset", "reset, declared, idle or unfinished")
+	mode := flag.String("mode", "reset", "reset, declared, idle, unfinished or headers")
 	n := flag.Int("n", 200000, "calls opened and reset (reset)")
 	conns := flag.Int("conns", 8, "connections (declared, idle, unfinished)")
 	streams := flag.Int("streams", 1000, "calls on each connection (declared, idle, unfinished)")
-	send := flag.Int("send", 1<<20, "bytes of each message sent after its prefix (unfinished)")
+	send := flag.Int("send", 1<<20, "bytes of each message sent after its prefix (unfinished), or of each header list (headers)")
 	hold := flag.Duration("hold", 3*time.Second, "how long the connections stay open once all is sent")
 	flag.Parse()
 
@@ -85,7 +89,7 @@ func main() {
 		sent = int64(*n)
 		time.Sleep(*hold)
 		nc.Close()
-	case "declared", "idle", "unfinished":
+	case "declared", "idle", "unfinished", "headers":
 		var open []net.Conn
 		chunk := make([]byte, 16<<10)
 		for range *conns {
@@ -93,6 +97,10 @@ func main() {
 			open = append(open, nc)
 			for i := range *streams {
 				id := uint32(2*i + 1)
+				if *mode == "headers" {
+					openCallWith(fr, id, *send)
+					continue
+				}
 				openCall(fr, id)
 				if *mode == "idle" {
 					continue
@@ -197,16 +205,33 @@ func grpcStatus(f *http2.MetaHeadersFrame) string {
 func isLocalClose(err error) bool { return errors.Is(err, net.ErrClosed) }
 
 // openCall sends a call's HEADERS on stream id, without ending it.
-func openCall(fr *http2.Framer, id uint32) {
+func openCall(fr *http2.Framer, id uint32) { openCallWith(fr, id, 0) }
+
+// openCallWith sends a call's HEADERS on stream id with a field of extra
+// bytes more, sent literally, in frames of 16 KiB; it does not end the
+// call.
+func openCallWith(fr *http2.Framer, id uint32, extra int) {
 	var b bytes.Buffer
 	enc := hpack.NewEncoder(&b)
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", "faults"},
 		{"content-type", "application/grpc"}, {"te", "trailers"}} {
 		must(enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}))
 	}
+	if extra > 0 {
+		must(enc.WriteField(hpack.HeaderField{Name: "x-long", Value: strings.Repeat("v", extra), Sensitive: true}))
+	}
+	block := b.Bytes()
+	const frame = 16 << 10
+	first := block[:min(len(block), frame)]
 	try(func() error {
-		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b.Bytes(), EndHeaders: true})
+		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(first) == len(block)})
 	})
+	for rest := block[len(first):]; len(rest) > 0; {
+		n := min(len(rest), frame)
+		chunk := rest[:n]
+		rest = rest[n:]
+		try(func() error { return fr.WriteContinuation(id, len(rest) == 0, chunk) })
+	}
 }
 
 // writeMessage sends msg with its gRPC prefix on stream id.
