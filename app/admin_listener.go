@@ -123,7 +123,7 @@ func (a *App) newAdmin(tlsConfig *tls.Config, errorLog *log.Logger) (*server.Adm
 	server.NewDescriptors(server.DescriptorsOptions{Limiter: a.limiter, Config: a.rls.Config, Logger: a.log}).Mount(admin)
 	srv := &http.Server{Handler: admin, TLSConfig: tlsConfig, ErrorLog: errorLog,
 		ReadHeaderTimeout: a.opts.HTTPReadTimeout, ReadTimeout: a.opts.HTTPReadTimeout,
-		WriteTimeout: a.opts.HTTPWriteTimeout, IdleTimeout: a.opts.HTTPIdleTimeout,
+		WriteTimeout: a.opts.HTTPWriteTimeout, IdleTimeout: a.opts.HTTPIdleTimeout, MaxHeaderBytes: a.opts.HTTPMaxHeaderBytes,
 		Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	if tlsConfig != nil {

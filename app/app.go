@@ -471,9 +471,10 @@ func (a *App) Start() error {
 	// profiles and traces take as long as asked.
 	a.httpServer = &http.Server{Handler: mux, TLSConfig: tlsConfig, ErrorLog: httpLog,
 		ReadHeaderTimeout: a.opts.HTTPReadTimeout, ReadTimeout: a.opts.HTTPReadTimeout,
-		WriteTimeout: a.opts.HTTPWriteTimeout, IdleTimeout: a.opts.HTTPIdleTimeout}
+		WriteTimeout: a.opts.HTTPWriteTimeout, IdleTimeout: a.opts.HTTPIdleTimeout, MaxHeaderBytes: a.opts.HTTPMaxHeaderBytes}
 	a.debugServer = &http.Server{
 		Handler:           server.DebugHandler(a.registry, func() string { return a.rls.Config().String() }, a.dashboard()),
+		MaxHeaderBytes:    a.opts.HTTPMaxHeaderBytes,
 		ReadHeaderTimeout: a.opts.HTTPReadTimeout,
 		ReadTimeout:       a.opts.HTTPReadTimeout,
 		IdleTimeout:       a.opts.HTTPIdleTimeout,

@@ -17,9 +17,9 @@ func TestConnectionLimitFlags(t *testing.T) {
 		}
 		if o.HTTPReadTimeout != 10*time.Second || o.HTTPWriteTimeout != 30*time.Second || o.HTTPIdleTimeout != 2*time.Minute ||
 			o.MaxConnections != 4096 || o.GRPCMaxConnectionIdle != 5*time.Minute || o.GRPCKeepaliveMinTime != 10*time.Second || o.GRPCMaxConcurrentStreams != 1000 ||
-			o.GRPCMaxStreams != 65536 || o.GRPCMaxPendingBytes != 64<<20 {
-			t.Errorf("got %v %v %v %d %v %v %d %d %d, want 10s 30s 2m0s 4096 5m0s 10s 1000 65536 67108864", o.HTTPReadTimeout, o.HTTPWriteTimeout, o.HTTPIdleTimeout,
-				o.MaxConnections, o.GRPCMaxConnectionIdle, o.GRPCKeepaliveMinTime, o.GRPCMaxConcurrentStreams, o.GRPCMaxStreams, o.GRPCMaxPendingBytes)
+			o.GRPCMaxStreams != 65536 || o.GRPCMaxPendingBytes != 64<<20 || o.HTTPMaxHeaderBytes != 64<<10 {
+			t.Errorf("got %v %v %v %d %v %v %d %d %d %d, want 10s 30s 2m0s 4096 5m0s 10s 1000 65536 67108864 65536", o.HTTPReadTimeout, o.HTTPWriteTimeout, o.HTTPIdleTimeout,
+				o.MaxConnections, o.GRPCMaxConnectionIdle, o.GRPCKeepaliveMinTime, o.GRPCMaxConcurrentStreams, o.GRPCMaxStreams, o.GRPCMaxPendingBytes, o.HTTPMaxHeaderBytes)
 		}
 	})
 	t.Run("flags and SLUICE_ variables set them", func(t *testing.T) {
@@ -44,6 +44,7 @@ func TestConnectionLimitFlags(t *testing.T) {
 		{[]string{"--max-connections", "-1"}, "--max-connections: -1 is negative"},
 		{[]string{"--grpc-max-concurrent-streams", "0"}, "--grpc-max-concurrent-streams: 0 must be at least 1"},
 		{[]string{"--grpc-max-streams", "-1"}, "--grpc-max-streams: -1 is negative"},
+		{[]string{"--http-max-header-bytes", "100"}, "--http-max-header-bytes: 100 must be at least 1024"},
 		{[]string{"--grpc-max-pending-bytes", "-1"}, "--grpc-max-pending-bytes: -1 is negative"},
 	} {
 		t.Run(strings.Join(tt.args, " ")+" is refused", func(t *testing.T) {

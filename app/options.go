@@ -236,6 +236,12 @@ type Options struct {
 	// HTTPIdleTimeout closes a keep-alive HTTP connection idle this long.
 	// Defaults 10s, 30s, 2m.
 	HTTPReadTimeout, HTTPWriteTimeout, HTTPIdleTimeout time.Duration
+	// HTTPMaxHeaderBytes bounds an HTTP request's header block on every
+	// HTTP listener (HTTP, debug, admin, and sluice proxy's); a larger
+	// one is answered 431. Default 65,536: past Envoy's own default limit
+	// (60 KiB), where net/http's 1 MiB let 2,000 connections sending long
+	// headers slowly hold 5 GB until the read timeout.
+	HTTPMaxHeaderBytes int
 	// MaxConnections caps the open connections of each listener (gRPC,
 	// HTTP, debug); past it a new connection waits in the kernel's accept
 	// queue until one closes. Default 4096; 0: no cap.
@@ -398,6 +404,7 @@ func Defaults() Options {
 		Stats: StatsOptions{FlushInterval: 10 * time.Second, PrometheusPath: "/metrics"},
 
 		HTTPReadTimeout:          10 * time.Second,
+		HTTPMaxHeaderBytes:       64 << 10,
 		HTTPWriteTimeout:         30 * time.Second,
 		HTTPIdleTimeout:          2 * time.Minute,
 		MaxConnections:           4096,
@@ -532,6 +539,7 @@ flags:
 	durationVar(fs, &o.HTTPReadTimeout, "http-read-timeout", o.HTTPReadTimeout, "longest time to read a whole HTTP request, and a gRPC connection's handshake")
 	durationVar(fs, &o.HTTPWriteTimeout, "http-write-timeout", o.HTTPWriteTimeout, "longest time from an HTTP request's headers to the end of its answer (not on the debug listener); on the gRPC port, the longest a write to a connection may take")
 	durationVar(fs, &o.HTTPIdleTimeout, "http-idle-timeout", o.HTTPIdleTimeout, "close keep-alive HTTP connections idle this long")
+	fs.IntVar(&o.HTTPMaxHeaderBytes, "http-max-header-bytes", o.HTTPMaxHeaderBytes, "largest HTTP request header block, in bytes, on every HTTP listener; larger ones are answered 431")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "most open connections per listener (gRPC, HTTP, debug); more wait to be accepted (0: no cap)")
 	durationVar(fs, &o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", o.GRPCMaxConnectionIdle, "close gRPC connections without a call for this long with a GOAWAY (0: never)")
 	durationVar(fs, &o.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", o.GRPCKeepaliveMinTime, "shortest interval between a gRPC client's keepalive pings; faster pingers are disconnected")
@@ -750,6 +758,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GRPCMaxConcurrentStreams < 1 {
 		bad("grpc-max-concurrent-streams", "%d must be at least 1", o.GRPCMaxConcurrentStreams)
+	}
+	if o.HTTPMaxHeaderBytes < 1024 {
+		bad("http-max-header-bytes", "%d must be at least 1024", o.HTTPMaxHeaderBytes)
 	}
 	if o.GRPCMaxStreams < 0 {
 		bad("grpc-max-streams", "%d is negative (0: no cap)", o.GRPCMaxStreams)

@@ -172,11 +172,11 @@ func NewProxy(p ProxyOptions, deps Deps) (*Proxy, error) {
 		// request read or write timeout, but the headers, idle keep-alive
 		// connections and open connections are bounded as serve's.
 		server: &http.Server{Handler: adaptive.NewProxy(upstream, l, adaptive.ProxyOptions{Timeout: p.UpstreamTimeout}), ReadHeaderTimeout: p.Store.HTTPReadTimeout,
-			IdleTimeout: p.Store.HTTPIdleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+			IdleTimeout: p.Store.HTTPIdleTimeout, MaxHeaderBytes: p.Store.HTTPMaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		debug: &http.Server{Handler: server.DebugHandler(reg, func() string { return "" },
 			server.NewDashboard(server.DashboardOptions{Gatherer: reg, Clock: deps.Clock, Adaptive: func() *server.AdaptiveState { return adaptiveState(l, reg) }})),
 			ReadHeaderTimeout: p.Store.HTTPReadTimeout, ReadTimeout: p.Store.HTTPReadTimeout, IdleTimeout: p.Store.HTTPIdleTimeout,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+			MaxHeaderBytes: p.Store.HTTPMaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		maxConns: p.Store.MaxConnections,
 		closeFn:  closeFn,
 	}, nil

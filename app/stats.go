@@ -161,7 +161,7 @@ func (s *statsSinks) start(o StatsOptions, a *App) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle(path, promhttp.HandlerFor(s.promReg, promhttp.HandlerOpts{}))
-		s.promServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.promServer = &http.Server{Handler: mux, ReadHeaderTimeout: a.opts.HTTPReadTimeout, MaxHeaderBytes: a.opts.HTTPMaxHeaderBytes}
 		go func() { _ = s.promServer.Serve(ln) }()
 		a.log.Info("envoyproxy/ratelimit Prometheus series served", "addr", ln.Addr().String(), "path", path)
 	}
