@@ -354,9 +354,9 @@ func (d *Descriptors) resetHandler() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed, use POST", r.Method)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		body, err := readAllBody(w, r)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "read request body: %v (at most %d bytes)", err, MaxBodyBytes)
+			writeError(w, bodyStatus(err), "read request body: %v (at most %d bytes)", err, MaxBodyBytes)
 			return
 		}
 		var (

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,66 @@ import (
 
 // MaxBodyBytes bounds a request body on the HTTP API: 1 MiB.
 const MaxBodyBytes = 1 << 20
+
+// The bytes of request bodies being read are bounded for every request
+// together: each body's first freeBodyBytes are its own, and what it reads
+// past them is taken from pendingBodies, MaxPendingBodyBytes for the whole
+// process, and given back once the body is read. A body that finds no
+// room is answered 503. Rate-limit requests fit in freeBodyBytes; without
+// the bound, 2,000 connections each sending 900 KB of a 1 MB body slowly
+// held 2.4 GB until the read timeout.
+const (
+	freeBodyBytes       = 16 << 10
+	MaxPendingBodyBytes = 64 << 20
+)
+
+var pendingBodies atomic.Int64
+
+// errBodyBusy is readBody's error when the bodies being read hold
+// MaxPendingBodyBytes.
+var errBodyBusy = errors.New("the server is reading as many large request bodies as it takes; try again")
+
+// bodyStatus is the HTTP status for readBody's error: 503 when the server
+// had no room for the body, 400 otherwise.
+func bodyStatus(err error) int {
+	if errors.Is(err, errBodyBusy) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadRequest
+}
+
+// budgetReader reads r, taking what it reads past freeBodyBytes from
+// pendingBodies; release gives it back.
+type budgetReader struct {
+	r          io.Reader
+	read, held int64
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	if d := b.read - freeBodyBytes - b.held; d > 0 {
+		if pendingBodies.Add(d) > MaxPendingBodyBytes {
+			pendingBodies.Add(-d)
+			return n, errBodyBusy
+		}
+		b.held += d
+	}
+	return n, err
+}
+
+func (b *budgetReader) release() {
+	pendingBodies.Add(-b.held)
+	b.held = 0
+}
+
+// readAllBody reads r's body, at most MaxBodyBytes, within the bound on
+// bodies being read.
+func readAllBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b := &budgetReader{r: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}
+	defer b.release()
+	return io.ReadAll(b)
+}
 
 // JSONHandler serves /json as envoyproxy/ratelimit does: a
 // RateLimitRequest in proto3 JSON in the body (of a request with any
@@ -41,7 +102,7 @@ func JSONHandler(rls *RLS) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := readBody(w, r)
 		if err != nil {
-			fail(w, http.StatusBadRequest, err)
+			fail(w, bodyStatus(err), err)
 			return
 		}
 		var req rlsv3.RateLimitRequest
@@ -137,9 +198,13 @@ func (w *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap gives http.ResponseController the writer underneath.
 func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// readBody reads a non-empty body of at most MaxBodyBytes.
+// readBody reads a non-empty body of at most MaxBodyBytes, within the
+// bound on bodies being read (errBodyBusy).
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readAllBody(w, r)
+	if errors.Is(err, errBodyBusy) {
+		return nil, err
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -162,7 +162,7 @@ func kvHandler(retry bool, serve func(r *http.Request, body []byte) (answer kvAn
 		}
 		body, err := readBody(w, r)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "%v", err)
+			writeError(w, bodyStatus(err), "%v", err)
 			return
 		}
 		answer, d, err := serve(r, body)
