@@ -27,9 +27,11 @@ type RequestLogOptions struct {
 	// Sample is the fraction of requests logged, chosen at random.
 	// Default 1 (every request); range (0, 1].
 	Sample float64
-	// Buffer is how many lines may wait for the writer; past it a line is
-	// dropped and counted. Default 8192.
-	Buffer int
+	// Buffer is how many lines may wait for the writer, and BufferBytes
+	// how many bytes of them; past either a line is dropped and counted.
+	// Defaults 8192 and 64 MiB: a line holds its request, up to 4 MiB.
+	Buffer      int
+	BufferBytes int64
 	// Registerer, when not nil, receives sluice_request_log_lines_total
 	// and sluice_request_log_dropped_total.
 	Registerer prometheus.Registerer
@@ -56,10 +58,18 @@ type RequestLog struct {
 
 	written, dropped atomic.Uint64
 	err              error // the file's first write error; owned by the writer goroutine, read after done
+	// queued is the bytes of the lines waiting for the writer, at most
+	// maxQueued.
+	queued    atomic.Int64
+	maxQueued int64
 }
 
-// DefaultRequestLogBuffer is RequestLogOptions.Buffer's default.
-const DefaultRequestLogBuffer = 8192
+// DefaultRequestLogBuffer and DefaultRequestLogBufferBytes are
+// RequestLogOptions.Buffer's and BufferBytes' defaults.
+const (
+	DefaultRequestLogBuffer      = 8192
+	DefaultRequestLogBufferBytes = 64 << 20
+)
 
 // maxLogLine bounds the lines kept for reuse; a longer one is left to the
 // garbage collector.
@@ -81,6 +91,9 @@ func OpenRequestLog(o RequestLogOptions) (*RequestLog, error) {
 	if o.Buffer <= 0 {
 		o.Buffer = DefaultRequestLogBuffer
 	}
+	if o.BufferBytes <= 0 {
+		o.BufferBytes = DefaultRequestLogBufferBytes
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -89,7 +102,7 @@ func OpenRequestLog(o RequestLogOptions) (*RequestLog, error) {
 		return nil, fmt.Errorf("request log: %w", err)
 	}
 	l := &RequestLog{f: f, lines: make(chan *[]byte, o.Buffer), stop: make(chan struct{}), done: make(chan struct{}),
-		sample: o.Sample, log: o.Logger}
+		sample: o.Sample, log: o.Logger, maxQueued: o.BufferBytes}
 	if reg := o.Registerer; reg != nil {
 		reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_request_log_lines_total",
@@ -112,9 +125,17 @@ func (l *RequestLog) Record(at time.Time, req *rlsv3.RateLimitRequest) {
 	}
 	bp := logLinePool.Get().(*[]byte)
 	*bp = AppendRequestLine((*bp)[:0], at, req)
+	n := int64(len(*bp))
+	if l.queued.Add(n) > l.maxQueued {
+		l.queued.Add(-n)
+		l.dropped.Add(1)
+		putLine(bp)
+		return
+	}
 	select {
 	case l.lines <- bp:
 	default:
+		l.queued.Add(-n)
 		l.dropped.Add(1)
 		putLine(bp)
 	}
@@ -132,6 +153,7 @@ func (l *RequestLog) write() {
 	defer close(l.done)
 	w := bufio.NewWriterSize(l.f, 64<<10)
 	put := func(bp *[]byte) {
+		defer l.queued.Add(-int64(len(*bp)))
 		if l.err == nil {
 			if _, err := w.Write(*bp); err != nil {
 				l.fail(err)

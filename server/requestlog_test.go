@@ -191,25 +191,38 @@ func TestRequestLogSamples(t *testing.T) {
 	}
 }
 
-func TestRequestLogDropsRatherThanBlocks(t *testing.T) {
-	// A FIFO nobody reads blocks the writer at its first flush: the
-	// buffer of 8 lines fills and every further line is dropped at once.
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
+// stuckLog opens a request log with o on a FIFO nobody reads, which
+// blocks the writer at its first flush; it is closed when the test ends.
+func stuckLog(t *testing.T, o server.RequestLogOptions) *server.RequestLog {
+	t.Helper()
+	o.Path = filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(o.Path, 0o600); err != nil {
 		t.Skipf("no FIFO: %v", err)
 	}
 	// Opening a FIFO for writing waits for a reader: hold one open, and
 	// read nothing.
-	rd, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	rd, err := os.OpenFile(o.Path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rd.Close()
-	l, err := server.OpenRequestLog(server.RequestLogOptions{Path: path, Buffer: 8})
+	l, err := server.OpenRequestLog(o)
 	if err != nil {
+		rd.Close()
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		rd.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = l.Close(ctx) // the writer may be stuck; Close gives up with ctx
+	})
+	return l
+}
+
+func TestRequestLogDropsRatherThanBlocks(t *testing.T) {
+	// The buffer of 8 lines fills and every further line is dropped at
+	// once.
+	l := stuckLog(t, server.RequestLogOptions{Buffer: 8})
 	at := time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)
 	big := clientRequest(strings.Repeat("x", 1<<16)) // each line alone fills the pipe
 	done := make(chan struct{})
@@ -227,10 +240,23 @@ func TestRequestLogDropsRatherThanBlocks(t *testing.T) {
 	if l.Dropped() < 900 {
 		t.Errorf("got %d dropped, want at least 900 of 1000", l.Dropped())
 	}
-	rd.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_ = l.Close(ctx) // the writer may be stuck; Close gives up with ctx
+}
+
+// The lines waiting for a stuck writer are bounded in bytes too: a line
+// holds its request, up to gRPC's 4 MiB, so 8,192 of them could hold
+// 32 GiB.
+func TestRequestLogBoundsTheBytesWaiting(t *testing.T) {
+	l := stuckLog(t, server.RequestLogOptions{BufferBytes: 1 << 20})
+	at := time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)
+	big := clientRequest(strings.Repeat("x", 1<<16))
+	for range 100 {
+		l.Record(at, big)
+	}
+	// 1 MiB holds 15 lines of just over 64 KiB; the writer holds one
+	// more, stuck in its write.
+	if got := l.Dropped(); got < 100-17 {
+		t.Errorf("got %d of 100 dropped, want at least 83 with 1 MiB of lines waiting", got)
+	}
 }
 
 func TestOpenRequestLogRefusesBadOptions(t *testing.T) {
