@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -526,6 +527,55 @@ func TestAClientIsAtMostMaxClientBytes(t *testing.T) {
 	// two would have 5 each, and the first would be denied.
 	if got := from(long + "1"); got != http.StatusOK {
 		t.Errorf("got %d, want 200: the two long values are one client", got)
+	}
+}
+
+// The clients tracked are bounded for every key together (MaxClients,
+// lowered here to 10): past it, a new client of any key shares its key's
+// otherClient slot; and the count follows clients as they go idle and
+// keys as they are evicted.
+func TestClientsAreBoundedAcrossKeys(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.PerClient = true
+	cfg.ClientHeader = "X-Client"
+	cfg.MaxRate = 1000
+	hs := newHarness(t, cfg)
+	hs.l.maxClients = 10
+	tracked := func() (n int64) {
+		for i := range hs.l.shards {
+			sh := &hs.l.shards[i]
+			sh.mu.RLock()
+			for _, e := range sh.m {
+				e.mu.Lock()
+				n += int64(len(e.clients))
+				e.mu.Unlock()
+			}
+			sh.mu.RUnlock()
+		}
+		return n
+	}
+	for k := range 4 {
+		for c := range 8 {
+			r := httptest.NewRequest(http.MethodGet, fmt.Sprintf("/k%d", k), nil)
+			r.Header.Set("X-Client", fmt.Sprintf("client-%d", c))
+			hs.send(r)
+		}
+	}
+	// 10 clients, then each further key's otherClient slot (at most one a
+	// key): 32 distinct clients asked.
+	if got := tracked(); got > 10+4 {
+		t.Errorf("got %d clients tracked over 4 keys, want at most 10 and an other slot a key", got)
+	}
+	if got := hs.l.clients.Load(); got != tracked() {
+		t.Errorf("the count says %d clients, the keys hold %d", got, tracked())
+	}
+	// Once the window has passed, the idle keys are evicted with their
+	// clients, and the count returns to what is held.
+	hs.clk.Add(2 * cfg.Window)
+	hs.l.sweep(hs.l.slotIndex(hs.clk.Now()))
+	if got := hs.l.clients.Load(); got != tracked() || got != 0 {
+		t.Errorf("after the window: the count says %d clients, the keys hold %d, want 0", got, tracked())
 	}
 }
 
