@@ -383,9 +383,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
-// hold counts n bytes of st's unfinished message in the server's pending
-// bytes (0 once it is complete), or answers why it cannot: the server
-// would hold more than MaxPendingBytes.
+// hold counts n bytes for st in the server's pending bytes (its header
+// list's and its unfinished message's; 0 once its request is whole), or
+// answers why it cannot: the server would hold more than MaxPendingBytes
+// and st's connection more than its share.
 func (c *conn) hold(st *stream, n int64) *status.Status {
 	st.pendingSeen = n
 	c.mu.Lock()
