@@ -423,6 +423,7 @@ func (a *App) Start() error {
 			MaxConnectionIdle:     a.opts.GRPCMaxConnectionIdle,
 			KeepaliveMinTime:      a.opts.GRPCKeepaliveMinTime,
 			HandshakeTimeout:      a.opts.HTTPReadTimeout,
+			RequestTimeout:        a.opts.HTTPReadTimeout,
 			WriteTimeout:          a.opts.HTTPWriteTimeout,
 			Codec:                 codec,
 			// No unary interceptor: the codec answers a unary request that

@@ -1,7 +1,9 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -11,6 +13,8 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -144,5 +148,45 @@ func TestGRPCMaxStreamsBoundsEveryConnectionTogether(t *testing.T) {
 	release(t, hs, open, done)
 	if _, err := third.ShouldRateLimit(context.Background(), heldReq); err != nil {
 		t.Errorf("a call once the others ended: got %v, want an answer", err)
+	}
+}
+
+// A unary call whose request has not come whole within
+// --http-read-timeout is reset, and its place given back.
+func TestAGRPCRequestNotWholeInTheReadTimeoutIsReset(t *testing.T) {
+	ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) { o.HTTPReadTimeout = 200 * time.Millisecond })
+	nc, err := net.Dial("tcp", ta.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{":authority", "sluice"}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if _, err := nc.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(nc, nc)
+	fr.WriteSettings()
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}) // and no request
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no reset of the call within 5 s: %v", err)
+		}
+		if rst, ok := f.(*http2.RSTStreamFrame); ok {
+			if rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeCancel {
+				t.Fatalf("got %v, want stream 1 reset with CANCEL", rst)
+			}
+			break
+		}
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("reset after %v, before the read timeout", d)
 	}
 }

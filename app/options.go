@@ -230,7 +230,8 @@ type Options struct {
 
 	// Connection limits against slow or greedy clients (docs/operations.md).
 	// HTTPReadTimeout bounds reading a whole HTTP request, headers and
-	// body, and also a gRPC connection's handshake; HTTPWriteTimeout bounds
+	// body, and also a gRPC connection's handshake and a unary gRPC call's
+	// request (with --grpc-server sluice); HTTPWriteTimeout bounds
 	// an HTTP request from the end of its headers to the end of the answer
 	// (not on the debug listener, whose CPU profiles take their time);
 	// HTTPIdleTimeout closes a keep-alive HTTP connection idle this long.
@@ -536,7 +537,7 @@ flags:
 	fs.BoolVar(&o.Stats.PrometheusResponseTimeMillis, "prometheus-response-time-ms", o.Stats.PrometheusResponseTimeMillis, "report ratelimit_service_response_time_seconds in milliseconds, as upstream's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")
 
 	// Connection limits against slow or greedy clients.
-	durationVar(fs, &o.HTTPReadTimeout, "http-read-timeout", o.HTTPReadTimeout, "longest time to read a whole HTTP request, and a gRPC connection's handshake")
+	durationVar(fs, &o.HTTPReadTimeout, "http-read-timeout", o.HTTPReadTimeout, "longest time to read a whole HTTP request, a gRPC connection's handshake, and a unary gRPC call's request")
 	durationVar(fs, &o.HTTPWriteTimeout, "http-write-timeout", o.HTTPWriteTimeout, "longest time from an HTTP request's headers to the end of its answer (not on the debug listener); on the gRPC port, the longest a write to a connection may take")
 	durationVar(fs, &o.HTTPIdleTimeout, "http-idle-timeout", o.HTTPIdleTimeout, "close keep-alive HTTP connections idle this long")
 	fs.IntVar(&o.HTTPMaxHeaderBytes, "http-max-header-bytes", o.HTTPMaxHeaderBytes, "largest HTTP request header block, in bytes, on every HTTP listener; larger ones are answered 431")

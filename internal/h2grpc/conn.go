@@ -507,6 +507,32 @@ func (c *conn) unlockWrite() {
 	}
 }
 
+// resetLateRequests resets the unary calls whose requests have not come
+// whole within RequestTimeout, and sends the resets: the reader, waiting
+// for the client, sends nothing until it hears from it.
+func (c *conn) resetLateRequests(now time.Time) error {
+	var late []*stream
+	c.mu.Lock()
+	for _, st := range c.streams {
+		if st.m.stream == nil && !st.clientDone.Load() && now.Sub(st.opened) >= c.s.opts.RequestTimeout {
+			late = append(late, st)
+		}
+	}
+	c.mu.Unlock()
+	if len(late) == 0 || !c.wmu.TryLock() {
+		return nil // none, or a write stuck on the client: next time
+	}
+	for _, st := range late {
+		st.resetLocked(http2.ErrCodeCancel)
+	}
+	err := c.flushLocked()
+	c.wmu.Unlock()
+	for _, st := range late {
+		c.forget(st)
+	}
+	return err
+}
+
 // forget removes a stream that ended, and closes a draining connection
 // that has no streams left.
 func (c *conn) forget(st *stream) {
@@ -658,11 +684,15 @@ func (c *conn) keepalive() {
 	}
 	pingAt := now.Add(o.KeepaliveTime)
 	var pingDeadline time.Time // set while a keepalive ping waits for its answer
+	var reqCheck time.Time
+	if o.RequestTimeout > 0 {
+		reqCheck = now.Add(o.RequestTimeout / 4)
+	}
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		next := pingAt
-		for _, at := range []time.Time{ageAt, graceAt, idleCheck, pingDeadline} {
+		for _, at := range []time.Time{ageAt, graceAt, idleCheck, pingDeadline, reqCheck} {
 			if !at.IsZero() && at.Before(next) {
 				next = at
 			}
@@ -695,6 +725,13 @@ func (c *conn) keepalive() {
 				c.drain()
 			}
 			idleCheck = now.Add(idleEvery)
+		}
+		if !reqCheck.IsZero() && !now.Before(reqCheck) {
+			if err := c.resetLateRequests(now); err != nil {
+				c.close(err)
+				return
+			}
+			reqCheck = now.Add(o.RequestTimeout / 4)
 		}
 		if c.active.Swap(false) {
 			pingAt, pingDeadline = now.Add(o.KeepaliveTime), time.Time{}

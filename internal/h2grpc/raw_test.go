@@ -531,3 +531,31 @@ func TestHeaderListsCountAsPendingBytes(t *testing.T) {
 	each := headerBytes("/test.Echo/Unary") + int64(len("x-long")+len(long))
 	waitFor(t, "the first call's header bytes given back", func() bool { return s.pending.Load() == 5*each })
 }
+
+// A unary call whose request has not come whole within RequestTimeout is
+// reset, giving its places in the caps back; a streaming call is not.
+func TestLateRequestsAreReset(t *testing.T) {
+	s, _, _, addr := serve(t, Options{RequestTimeout: 100 * time.Millisecond})
+	r := dialRaw(t, addr)
+	r.headers(1, "/test.Echo/Unary", false) // its request never comes
+	r.headers(3, "/test.Echo/Bidi", false)
+	start := time.Now()
+	f := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeCancel {
+		t.Fatalf("got %v, want stream 1 reset with CANCEL", f)
+	}
+	if d := time.Since(start); d < 75*time.Millisecond {
+		t.Errorf("reset after %v, before the request timeout", d)
+	}
+	waitFor(t, "the late call still counted", func() bool { return s.open.Load() == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if got := s.open.Load(); got != 1 {
+		t.Errorf("got %d calls open, want the streaming call left alone", got)
+	}
+	// A call whose request comes in time is answered.
+	r.headers(5, "/test.Echo/Unary", false)
+	r.fr.WriteData(5, true, []byte{0, 0, 0, 0, 0})
+	if got := r.until(func(f http2.Frame) bool { return f.Header().StreamID == 5 }); got == nil || got.Header().Type != http2.FrameHeaders {
+		t.Fatalf("a call with its request: got %v, want it answered", got)
+	}
+}

@@ -93,6 +93,12 @@ type Options struct {
 	// in this long: a client that stops reading its answers cannot hold
 	// the calls that answer it. Zero: no limit.
 	WriteTimeout time.Duration
+	// RequestTimeout bounds how long a unary call's request may take to
+	// come whole, from its HEADERS to the client's END_STREAM: a call
+	// still waiting for it then is reset (RST_STREAM CANCEL), so that
+	// calls whose requests never come do not keep their places in the
+	// caps above. Streaming calls are not bound. Zero: no bound.
+	RequestTimeout time.Duration
 	// HandshakeTimeout bounds the TLS handshake and the client's HTTP/2
 	// preface. Default 120 s, grpc-go's ConnectionTimeout.
 	HandshakeTimeout time.Duration

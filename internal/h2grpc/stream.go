@@ -56,6 +56,9 @@ type stream struct {
 	reqZipped   bool
 	nreq        int // unary: complete messages received
 
+	// opened is when the stream was published; set before, then only read.
+	opened time.Time
+
 	// pending is the bytes that count in Server.pending while the client
 	// has not ended its side: the header list's and those of the message
 	// being received; conn.mu guards it.
@@ -267,6 +270,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	// Before the stream is published; from then on wmu guards it.
 	st.sendWindow = c.peerWindow
+	if c.s.opts.RequestTimeout > 0 {
+		st.opened = time.Now()
+	}
 	c.streams[id] = st
 	c.s.open.Add(1)
 	st.hdrBytes, st.pending, st.pendingSeen = hb, hb, hb
