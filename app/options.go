@@ -764,10 +764,10 @@ func (o *Options) Validate() error {
 		bad("http-max-header-bytes", "%d must be at least 1024", o.HTTPMaxHeaderBytes)
 	}
 	if o.GRPCMaxStreams < 0 {
-		bad("grpc-max-streams", "%d is negative (0: no cap)", o.GRPCMaxStreams)
+		bad("grpc-max-streams", "%d is negative (0: no bound)", o.GRPCMaxStreams)
 	}
 	if o.GRPCMaxPendingBytes < 0 {
-		bad("grpc-max-pending-bytes", "%d is negative (0: no cap)", o.GRPCMaxPendingBytes)
+		bad("grpc-max-pending-bytes", "%d is negative (0: no bound)", o.GRPCMaxPendingBytes)
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)
