@@ -42,7 +42,11 @@ func FuzzFrames(f *testing.F) {
 	f.Add(byte(3), []byte("\x00\x00\x04\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00"))
 	f.Add(byte(8), call("/test.Echo/Unary", []byte{0x0a, 0x01, 'x'}, nil))
 	f.Fuzz(func(t *testing.T, mode byte, data []byte) {
-		s := NewServer(Options{Inline: mode&1 == 1, Workers: int(mode>>1) & 3, MaxConcurrentStreams: 8, MaxRecvMsgSize: 1 << 16})
+		// Small server-wide bounds, so that frames reach them; whatever
+		// the frames, the counts must return to zero once the connection
+		// is gone.
+		s := NewServer(Options{Inline: mode&1 == 1, Workers: int(mode>>1) & 3, MaxConcurrentStreams: 8, MaxRecvMsgSize: 1 << 16,
+			MaxStreams: 4, MaxPendingBytes: 512, RequestTimeout: 20 * time.Millisecond})
 		e := newEcho()
 		if mode&1 == 1 {
 			// Inline calls run on the connection's reader, which reads
@@ -76,5 +80,8 @@ func FuzzFrames(f *testing.F) {
 			t.Fatal("the connection did not end after the client hung up")
 		}
 		s.Stop()
+		if open, pending := s.open.Load(), s.pending.Load(); open != 0 || pending != 0 {
+			t.Fatalf("after the connection: %d calls open and %d bytes pending, want 0 and 0", open, pending)
+		}
 	})
 }
