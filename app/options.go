@@ -754,20 +754,24 @@ func (o *Options) Validate() error {
 	if o.GRPCMaxConnectionIdle < 0 {
 		bad("grpc-max-connection-idle", "%s is negative", o.GRPCMaxConnectionIdle)
 	}
-	if o.MaxConnections < 0 {
-		bad("max-connections", "%d is negative (0: no cap)", o.MaxConnections)
-	}
-	if o.GRPCMaxConcurrentStreams < 1 {
-		bad("grpc-max-concurrent-streams", "%d must be at least 1", o.GRPCMaxConcurrentStreams)
-	}
-	if o.HTTPMaxHeaderBytes < 1024 {
-		bad("http-max-header-bytes", "%d must be at least 1024", o.HTTPMaxHeaderBytes)
-	}
-	if o.GRPCMaxStreams < 0 {
-		bad("grpc-max-streams", "%d is negative (0: no bound)", o.GRPCMaxStreams)
-	}
-	if o.GRPCMaxPendingBytes < 0 {
-		bad("grpc-max-pending-bytes", "%d is negative (0: no bound)", o.GRPCMaxPendingBytes)
+	for _, n := range [...]struct {
+		flag   string
+		v, min int64
+		zero   string // what 0 means, when it is allowed
+	}{
+		{"max-connections", int64(o.MaxConnections), 0, "no cap"},
+		{"grpc-max-concurrent-streams", int64(o.GRPCMaxConcurrentStreams), 1, ""},
+		{"http-max-header-bytes", int64(o.HTTPMaxHeaderBytes), 1024, ""},
+		{"grpc-max-streams", int64(o.GRPCMaxStreams), 0, "no bound"},
+		{"grpc-max-pending-bytes", o.GRPCMaxPendingBytes, 0, "no bound"},
+	} {
+		switch {
+		case n.v >= n.min:
+		case n.min == 0:
+			bad(n.flag, "%d is negative (0: %s)", n.v, n.zero)
+		default:
+			bad(n.flag, "%d must be at least %d", n.v, n.min)
+		}
 	}
 	if o.GRPCWorkers < 0 || o.GRPCWorkers > 1<<16 {
 		bad("grpc-workers", "%d is outside [0, 65536]", o.GRPCWorkers)
