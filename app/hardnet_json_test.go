@@ -46,7 +46,7 @@ func TestJSONErrorsCarryTheirReasonInAHeader(t *testing.T) {
 // An HTTP request's header block is bounded by --http-max-header-bytes
 // (64 KiB): a header as long as Envoy's own default limit passes, a longer
 // one is answered 431, on every HTTP listener. With net/http's 1 MiB,
-// 2,000 connections sending long headers slowly held 5 GB.
+// 2,000 connections sending long headers slowly held 2.9 GB.
 func TestHTTPHeadersAreBounded(t *testing.T) {
 	ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, nil)
 	for _, tt := range []struct {

@@ -241,7 +241,7 @@ type Options struct {
 	// HTTP listener (HTTP, debug, admin, and sluice proxy's); a larger
 	// one is answered 431. Default 65,536: past Envoy's own default limit
 	// (60 KiB), where net/http's 1 MiB let 2,000 connections sending long
-	// headers slowly hold 5 GB until the read timeout.
+	// headers slowly hold 2.9 GB (scenario 8 of scripts/faults.sh).
 	HTTPMaxHeaderBytes int
 	// MaxConnections caps the open connections of each listener (gRPC,
 	// HTTP, debug); past it a new connection waits in the kernel's accept

@@ -66,6 +66,7 @@ func TestFaultsScriptRunsEveryScenario(t *testing.T) {
 		{"it resets calls in a loop while Redis is paused", "-mode reset -n 200000"},
 		{"it opens calls past --grpc-max-streams", "-mode idle -conns 80 -streams 1000"},
 		{"it leaves messages unfinished", "-mode unfinished"},
+		{"it runs the slow HTTP clients scenario", "\nslow_http\n"},
 		{"it prints the table's header", `echo "| scenario | tried | measured | held |"`},
 		{"it fails when a scenario did not hold", `exit "$failed"`},
 	}

@@ -27,7 +27,11 @@
 #      that send 1 MB of headers and nothing more: the
 #      goroutines, the heap and RSS stay bounded, the connections holding
 #      more than their share are refused, and a normal caller is answered
-#      meanwhile and afterwards.
+#      meanwhile and afterwards;
+#   8. slow HTTP clients: 2,000 connections each sending 900 KB of a header
+#      line, then 2,000 each sending 900 KB of a 1 MB body, never
+#      finishing: RSS stays bounded, the requests are answered 431 and 503,
+#      and a normal /json call is answered meanwhile.
 #
 #   scripts/faults.sh
 #
@@ -564,6 +568,35 @@ h2_abuse() {
   wait "$spid" 2>/dev/null || true
 }
 
+# 8. Slow HTTP clients -------------------------------------------------------
+slow_http() {
+  local grpc http
+  grpc=$(free_port) http=$(free_port)
+  start_sluice slow "$grpc" "$http" --debug-addr off --store memory
+  local spid=$sluice_pid body steps=() verdict=ok mode rss during answered pid
+  body='{"domain":"faults","descriptors":[{"entries":[{"key":"roomy","value":"a"}]}]}'
+  for mode in slowheader slowbody; do
+    "$work/h2abuse" -addr "127.0.0.1:$http" -mode "$mode" -conns 2000 -send 921600 -hold 3s >"$work/http-$mode" &
+    pid=$!
+    sleep 2.5
+    rss=$(($(rss_kib "$spid") / 1024))
+    during=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --data-binary "$body" "http://127.0.0.1:$http/json" || true)
+    wait "$pid" || true
+    answered=$(sed -n 's/.*answered=\([^ ]*\).*/\1/p' "$work/http-$mode")
+    steps+=("$mode: answered ${answered:-none}, RSS $rss MiB, a normal /json call meanwhile $during")
+    if [ "$rss" -ge 1024 ] || [ "$during" != 200 ] || [ -z "$answered" ]; then verdict=FAILED; fi
+  done
+  local alive=yes
+  kill -0 "$spid" 2>/dev/null || alive=no
+  if [ "$alive" != yes ]; then verdict=FAILED; fi
+  row "8. slow HTTP clients" \
+    "2,000 connections each sending 900 KB of one header line (slowheader), then 2,000 each sending 900 KB of a 1,000,000-byte body (slowbody), never finishing, held 3 s, by \`scripts/h2abuse\`; defaults (\`--http-max-header-bytes\` 64 KiB, 64 MiB for bodies being read)" \
+    "$(printf '%s; ' "${steps[@]}")process alive: $alive" \
+    "$verdict"
+  kill "$spid"
+  wait "$spid" 2>/dev/null || true
+}
+
 bad_inputs
 over_admission
 redis_killed
@@ -571,6 +604,7 @@ redis_paused
 sigterm
 bad_reloads
 h2_abuse
+slow_http
 
 echo "scripts/faults.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -sm), $(nproc) cores, $(go version | awk '{print $3}'), $(redis-server --version | awk '{print $3}')"
 echo

@@ -18,9 +18,16 @@
 //     with a header list of -send bytes (a literal field, never indexed)
 //     and no request.
 //
+// Two more modes speak HTTP/1.1 to an HTTP listener (-addr its address),
+// one request on each of -conns connections, never finished:
+//   - slowheader: a POST /json whose one header line runs to -send bytes;
+//   - slowbody: a POST /json declaring a 1,000,000-byte body and sending
+//     -send bytes of it.
+//
 // The connections stay open for -hold, then close. The server's answers
 // are counted as they come: streams refused (RST_STREAM REFUSED_STREAM),
-// calls failed with RESOURCE_EXHAUSTED, and connections the server closed.
+// calls failed with RESOURCE_EXHAUSTED, and connections the server closed;
+// over HTTP/1.1, the status of each answer (answered=STATUS:COUNT,...).
 package main
 
 import (
@@ -33,6 +40,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +69,7 @@ type counts struct {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8081", "the gRPC server's address")
-	mode := flag.String("mode", "reset", "reset, declared, idle, unfinished or headers")
+	mode := flag.String("mode", "reset", "reset, declared, idle, unfinished, headers, slowheader or slowbody")
 	n := flag.Int("n", 200000, "calls opened and reset (reset)")
 	conns := flag.Int("conns", 8, "connections (declared, idle, unfinished)")
 	streams := flag.Int("streams", 1000, "calls on each connection (declared, idle, unfinished)")
@@ -119,6 +127,9 @@ func main() {
 		for _, nc := range open {
 			nc.Close()
 		}
+	case "slowheader", "slowbody":
+		slowHTTP(*addr, *mode, *conns, *send, *hold)
+		return
 	default:
 		fmt.Fprintf(os.Stderr, "h2abuse: unknown -mode %q\n", *mode)
 		os.Exit(2)
@@ -260,4 +271,66 @@ func try(write func() error) {
 	if writeErr == nil {
 		writeErr = write()
 	}
+}
+
+// slowHTTP opens conns HTTP/1.1 connections to addr, each sending the
+// start of one request that it never finishes (mode slowheader or
+// slowbody, send bytes), holds them, and prints the statuses the server
+// answered.
+func slowHTTP(addr, mode string, conns, send int, hold time.Duration) {
+	req := "POST /json HTTP/1.1\r\nHost: faults\r\nX-Long: " + strings.Repeat("v", send)
+	if mode == "slowbody" {
+		req = "POST /json HTTP/1.1\r\nHost: faults\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n" +
+			strings.Repeat(" ", send)
+	}
+	start := time.Now()
+	var (
+		mu       sync.Mutex
+		statuses = map[string]int{}
+		wg       sync.WaitGroup
+		open     []net.Conn
+	)
+	for range conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			writeErr = err
+			break
+		}
+		open = append(open, nc)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, _ = nc.Write([]byte(req)) // the server may answer and close first
+		}()
+		go func() {
+			defer wg.Done()
+			line, err := bufio.NewReader(nc).ReadString('\n')
+			if err != nil {
+				return // closed by the tool, or without an answer
+			}
+			status := "?"
+			if f := strings.Fields(line); len(f) > 1 {
+				status = f[1]
+			}
+			mu.Lock()
+			statuses[status]++
+			mu.Unlock()
+		}()
+	}
+	time.Sleep(hold)
+	for _, nc := range open {
+		nc.Close()
+	}
+	wg.Wait()
+	var answered []string
+	for status, n := range statuses {
+		answered = append(answered, fmt.Sprintf("%s:%d", status, n))
+	}
+	slices.Sort(answered)
+	werr := "none"
+	if writeErr != nil {
+		werr = fmt.Sprintf("%q", writeErr.Error())
+	}
+	fmt.Printf("mode=%s connections=%d answered=%s dial_error=%s seconds=%.1f\n",
+		mode, len(open), strings.Join(answered, ","), werr, time.Since(start).Seconds())
 }
