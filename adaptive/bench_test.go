@@ -5,7 +5,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/clock"
 )
@@ -99,6 +103,51 @@ func BenchmarkProxy(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkClientsHeld fills 1,000 keys with 1,024 clients each (205-byte
+// client names, perClient on) and reports the heap they hold, with the
+// bound of MaxClients over every key (bounded) and without it (unbounded,
+// as before ff24906): MB-held and bytes/client. Each iteration fills a
+// new limiter.
+func BenchmarkClientsHeld(b *testing.B) {
+	for _, tt := range []struct {
+		name  string
+		bound int64
+	}{{"bounded", MaxClients}, {"unbounded", 1 << 62}} {
+		b.Run(tt.name, func(b *testing.B) {
+			cfg := benchConfig()
+			cfg.PerClient = true
+			cfg.ClientHeader = "X-Client"
+			pad := strings.Repeat("c", 200)
+			var held, clients int64
+			for b.Loop() {
+				l, err := New(cfg, Options{Clock: clock.NewFake(time.Unix(1_800_000_000, 0))})
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.maxClients = tt.bound
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				for k := range 1000 {
+					r := httptest.NewRequest(http.MethodGet, "/k"+strconv.Itoa(k), nil)
+					for c := range 1024 {
+						r.Header.Set("X-Client", pad+strconv.Itoa(c))
+						l.admit(r).exclude()
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				held = int64(after.HeapAlloc) - int64(before.HeapAlloc)
+				clients = l.clients.Load()
+				runtime.KeepAlive(l)
+			}
+			b.ReportMetric(float64(held)/(1<<20), "MB-held")
+			b.ReportMetric(float64(held)/float64(max(clients, 1)), "bytes/client")
+			b.ReportMetric(float64(clients), "clients")
 		})
 	}
 }
