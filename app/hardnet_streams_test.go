@@ -3,6 +3,9 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -188,5 +191,44 @@ func TestAGRPCRequestNotWholeInTheReadTimeoutIsReset(t *testing.T) {
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Errorf("reset after %v, before the read timeout", d)
+	}
+}
+
+// The gRPC port ends a connection with its GOAWAY and the end of the
+// stream, not a reset, when the client has sent bytes the server has not
+// read: the listener's connections keep their CloseWrite, which the
+// server's lingering close needs (x/net's netutil.LimitListener, which
+// --max-connections used before, hid it).
+func TestGRPCConnectionsEndWithoutAReset(t *testing.T) {
+	for _, max := range []int{0, 8} {
+		t.Run(fmt.Sprintf("max-connections %d", max), func(t *testing.T) {
+			ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) { o.MaxConnections = max })
+			nc, err := net.Dial("tcp", ta.GRPCAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			// The preface, SETTINGS, a GOAWAY, then 100 KB of frames the
+			// server reads only after it has acted on the GOAWAY.
+			var b bytes.Buffer
+			b.WriteString(http2.ClientPreface)
+			fr := http2.NewFramer(&b, nil)
+			fr.WriteSettings()
+			fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+			for range 8000 {
+				fr.WriteWindowUpdate(0, 1)
+			}
+			go nc.Write(b.Bytes())
+			nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			rd := http2.NewFramer(nil, nc)
+			for {
+				if _, err = rd.ReadFrame(); err != nil {
+					break
+				}
+			}
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("the connection ended with %v, want its end of stream", err)
+			}
+		})
 	}
 }

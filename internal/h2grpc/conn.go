@@ -39,6 +39,10 @@ const (
 	// goAwayPingWait is how long a graceful close waits for the answer to
 	// its ping before sending the final GOAWAY regardless.
 	goAwayPingWait = 5 * time.Second
+	// lingerTime bounds how long a connection the server ends goes on
+	// reading, and dropping, what the client still sends after the
+	// server shut its side (see close).
+	lingerTime = time.Second
 )
 
 var (
@@ -113,6 +117,9 @@ type conn struct {
 	opened   uint64 // streams opened, ever (the idle check compares it)
 	closed   bool
 	closeErr error
+	// lingering: close shut the writing side only; the reader drops
+	// what still comes, closes the socket and leaves the server's set.
+	lingering bool
 
 	// reader
 	held        []*stream // unary calls ready for their batch (holdForBatch)
@@ -209,6 +216,24 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 	go c.keepalive()
 	c.fail(c.serve())
+	c.finish()
+}
+
+// finish, run by the reader once the connection is closed, ends what
+// close left: when close only shut the writing side, it reads and drops
+// what the client still sends until the client closes too, or for
+// lingerTime, then closes the socket and leaves the server's set.
+func (c *conn) finish() {
+	<-c.done // close may still be running on another goroutine
+	c.mu.Lock()
+	lingering := c.lingering
+	c.mu.Unlock()
+	if !lingering {
+		return
+	}
+	io.Copy(io.Discard, c.br)
+	c.nc.Close()
+	c.s.untrack(c)
 }
 
 // serve reads and handles frames until the connection fails or closes,
@@ -236,6 +261,11 @@ func (c *conn) serve() error {
 			}
 		}
 		f, err := c.fr.ReadFrame()
+		if c.closing.Load() {
+			// Closed meanwhile (a graceful close's end, say): what the
+			// client sends now is dropped (finish).
+			return net.ErrClosed
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -631,10 +661,22 @@ func (c *conn) fail(err error) {
 
 // close closes the connection, once: calls in flight see their contexts
 // cancelled, and nothing more is written.
+//
+// Unless the server is stopping at once or writing failed, close shuts
+// only the writing side of a socket that can (TCP, TLS), after flushing
+// what is buffered, and leaves the rest to the reader (finish): closing a
+// socket with bytes from the client still unread makes the kernel reset
+// the connection instead of ending it, and a reset can throw away what
+// the server wrote last, its GOAWAY and its last answers, before the
+// client reads them.
 func (c *conn) close(err error) {
 	c.mu.Lock()
 	if c.closed {
+		lingering := c.lingering
 		c.mu.Unlock()
+		if lingering && err == errServerStopped {
+			c.nc.Close() // Stop cuts the lingering short
+		}
 		return
 	}
 	c.closed = true
@@ -651,6 +693,11 @@ func (c *conn) close(err error) {
 	c.mu.Unlock()
 	c.cancel()
 	c.wmu.Lock()
+	cw, linger := c.nc.(interface{ CloseWrite() error })
+	linger = linger && c.werr == nil && err != errServerStopped
+	if linger && c.flushLocked() != nil {
+		linger = false
+	}
 	if c.werr == nil {
 		c.werr = err
 	}
@@ -659,9 +706,18 @@ func (c *conn) close(err error) {
 	}
 	c.wcond.Broadcast()
 	c.wmu.Unlock()
-	c.nc.Close()
+	linger = linger && cw.CloseWrite() == nil && c.nc.SetReadDeadline(time.Now().Add(lingerTime)) == nil
+	if linger {
+		c.mu.Lock()
+		c.lingering = true
+		c.mu.Unlock()
+	} else {
+		c.nc.Close()
+	}
 	close(c.done)
-	c.s.untrack(c)
+	if !linger {
+		c.s.untrack(c)
+	}
 }
 
 // keepalive runs the connection's timers until it closes: the maximum
