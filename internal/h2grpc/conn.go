@@ -321,7 +321,20 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.DataFrame:
 		return c.onData(f)
 	case *http2.RSTStreamFrame:
-		c.onReset(f)
+		return c.onReset(f)
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream that depends on itself: a stream error (RFC 9113
+			// section 5.3.1).
+			c.mu.Lock()
+			st := c.streams[f.StreamID]
+			c.mu.Unlock()
+			if st != nil {
+				c.resetAndForget(st, http2.ErrCodeProtocol)
+			} else {
+				c.writeReset(f.StreamID, http2.ErrCodeProtocol)
+			}
+		}
 	case *http2.SettingsFrame:
 		if f.IsAck() {
 			return nil
@@ -428,8 +441,12 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	c.mu.Lock()
 	st := c.streams[f.StreamID]
+	idle := c.idle(f.StreamID)
 	c.mu.Unlock()
 	switch {
+	case idle:
+		c.wmu.Unlock()
+		return protocolError("WINDOW_UPDATE on stream %d, which the client never opened", f.StreamID)
 	case st == nil: // a stream that ended
 	case inc == 0 || st.sendWindow+inc > maxStreamID:
 		st.resetLocked(http2.ErrCodeFlowControl)
@@ -444,17 +461,31 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	return nil
 }
 
-func (c *conn) onReset(f *http2.RSTStreamFrame) {
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
 	st := c.streams[f.StreamID]
+	idle := c.idle(f.StreamID)
 	c.mu.Unlock()
+	if idle {
+		return protocolError("RST_STREAM on stream %d, which the client never opened", f.StreamID)
+	}
 	if st == nil {
-		return
+		return nil
 	}
 	c.wmu.Lock()
 	st.abortLocked()
 	c.wmu.Unlock()
 	c.forget(st)
+	return nil
+}
+
+// idle reports whether stream id is in the idle state: a stream the client
+// has not opened (odd, above the highest it opened) or one the server
+// could open, which it never does (even). RST_STREAM and WINDOW_UPDATE on
+// an idle stream are connection errors (RFC 9113 section 5.1). Requires
+// c.mu held.
+func (c *conn) idle(id uint32) bool {
+	return id%2 == 0 || id > c.maxID
 }
 
 // writeReset resets stream id.

@@ -55,6 +55,9 @@ type stream struct {
 	req         []byte  // unary: the request message, once complete
 	reqZipped   bool
 	nreq        int // unary: complete messages received
+	// contentLength is the request's content-length header (-1: none),
+	// which its DATA frames' payloads must add up to (received).
+	contentLength, received int64
 
 	// opened is when the stream was published; set before, then only read.
 	opened time.Time
@@ -141,11 +144,16 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.writeReset(id, http2.ErrCodeFrameSize)
 		return nil
 	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.writeReset(id, http2.ErrCodeProtocol) // depends on itself (RFC 9113 section 5.3.1)
+		return nil
+	}
 
-	st := &stream{c: c, id: id}
+	st := &stream{c: c, id: id, contentLength: -1}
 	var (
 		httpMethod, path, contentType, zip string
 		grpcType, hasTimeout               bool
+		hasMethod, hasScheme, malformed    bool
 		timeout                            time.Duration
 		headerErr                          *status.Status
 		md                                 = make(metadata.MD, len(f.Fields))
@@ -163,9 +171,16 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	for _, hf := range f.Fields {
 		switch hf.Name {
 		case ":method":
-			httpMethod = hf.Value
+			httpMethod, hasMethod = hf.Value, true
+		case ":scheme":
+			hasScheme = true
 		case ":path":
 			path = hf.Value
+		case "content-length":
+			n, err := strconv.ParseUint(hf.Value, 10, 63)
+			malformed = malformed || err != nil || st.contentLength >= 0 && int64(n) != st.contentLength
+			st.contentLength = int64(n)
+			add(hf.Name, hf.Value) // metadata, as grpc-go has it
 		case ":authority":
 			add(hf.Name, hf.Value)
 		case "content-type":
@@ -182,11 +197,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			if timeout, err = decodeTimeout(hf.Value); err != nil {
 				headerErr = status.Newf(codes.Internal, "malformed grpc-timeout: %v", err)
 			}
-		case "connection":
-			// A request with a Connection header is malformed (gRPC A41).
-			c.writeReset(id, http2.ErrCodeProtocol)
-			return nil
-		case "grpc-message-type", "grpc-message", "grpc-status", "te":
+		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+			// Connection-specific fields make a request malformed (RFC
+			// 9113 section 8.2.2; gRPC A41 for Connection).
+			malformed = true
+		case "te":
+			malformed = malformed || hf.Value != "trailers"
+		case "grpc-message-type", "grpc-message", "grpc-status":
 		default:
 			if hf.Name == "" || hf.Name[0] == ':' {
 				continue
@@ -204,6 +221,17 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	ended := f.StreamEnded()
+	// A malformed request (RFC 9113 section 8.1.1) is a stream error of
+	// type PROTOCOL_ERROR: a connection-specific field, a TE other than
+	// "trailers", a content-length that is no length (or is not what
+	// comes), a pseudo-header missing or empty (CONNECT, which has no
+	// :scheme or :path, is answered 405 below).
+	malformed = malformed || httpMethod != "CONNECT" && (!hasMethod || !hasScheme || path == "") ||
+		ended && st.contentLength > 0
+	if malformed {
+		c.writeReset(id, http2.ErrCodeProtocol)
+		return nil
+	}
 	if len(md[":authority"]) > 1 || len(md["host"]) > 1 {
 		c.earlyAbort(id, st.subtype, status.New(codes.Internal, "a request must have at most one :authority and one host header"), 400, ended)
 		return nil
@@ -354,6 +382,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.resetAndForget(st, http2.ErrCodeStreamClosed)
 		return nil
 	}
+	if st.received += int64(len(f.Data())); st.contentLength >= 0 && st.received > st.contentLength {
+		c.resetAndForget(st, http2.ErrCodeProtocol) // more than its content-length
+		return nil
+	}
 	if st.inflight.Add(int64(n)) > int64(c.s.opts.InitialWindowSize) {
 		c.resetAndForget(st, http2.ErrCodeFlowControl)
 		return nil
@@ -489,6 +521,10 @@ func (st *stream) deliver(q queued) *status.Status {
 // streaming one reads io.EOF after its messages.
 func (c *conn) endOfStream(st *stream) {
 	if st.clientDone.Swap(true) {
+		return
+	}
+	if st.contentLength >= 0 && st.received != st.contentLength {
+		c.resetAndForget(st, http2.ErrCodeProtocol) // less than its content-length
 		return
 	}
 	if st.pendingSeen != 0 {
