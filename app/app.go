@@ -404,6 +404,8 @@ func (a *App) Start() error {
 		// than any call needs, which also turns off grpc-go's
 		// bandwidth-estimating pings.
 		grpcOpts = append(grpcOpts, grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcConnWindow))
+		bounds := &grpcGoBounds{maxStreams: int64(a.opts.GRPCMaxStreams), requestTimeout: a.opts.HTTPReadTimeout, conns: map[any]int64{}}
+		grpcOpts = append(grpcOpts, bounds.options()...)
 		grpcOpts = append(grpcOpts, codec.interceptors()...)
 		if a.opts.GRPCWorkers > 0 {
 			grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))

@@ -139,25 +139,40 @@ func TestGRPCMaxConcurrentStreams(t *testing.T) {
 // Past --grpc-max-streams a further call is refused whatever its
 // connection, before it reaches the store; once the calls end, calls are
 // taken again.
+// Both gRPC servers: grpc-go's has the bound through the app's tap
+// (grpcgobounds.go).
 func TestGRPCMaxStreamsBoundsEveryConnectionTogether(t *testing.T) {
-	a, hs, open := startHeld(t, func(o *app.Options) { o.GRPCMaxStreams = 2 })
-	done := holdCalls(t, hs, dialRLS(t, a), dialRLS(t, a))
-	third := dialRLS(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if _, err := third.ShouldRateLimit(ctx, heldReq); err == nil {
-		t.Error("a third call on a third connection: got an answer, want it refused")
-	}
-	release(t, hs, open, done)
-	if _, err := third.ShouldRateLimit(context.Background(), heldReq); err != nil {
-		t.Errorf("a call once the others ended: got %v, want an answer", err)
+	for _, server := range []string{"sluice", "grpc-go"} {
+		t.Run(server, func(t *testing.T) {
+			a, hs, open := startHeld(t, func(o *app.Options) { o.GRPCMaxStreams = 2; o.GRPCServer = server })
+			done := holdCalls(t, hs, dialRLS(t, a), dialRLS(t, a))
+			third := dialRLS(t, a)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if _, err := third.ShouldRateLimit(ctx, heldReq); err == nil {
+				t.Error("a third call on a third connection: got an answer, want it refused")
+			}
+			release(t, hs, open, done)
+			if _, err := third.ShouldRateLimit(context.Background(), heldReq); err != nil {
+				t.Errorf("a call once the others ended: got %v, want an answer", err)
+			}
+		})
 	}
 }
 
 // A unary call whose request has not come whole within
 // --http-read-timeout is reset, and its place given back.
 func TestAGRPCRequestNotWholeInTheReadTimeoutIsReset(t *testing.T) {
-	ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) { o.HTTPReadTimeout = 200 * time.Millisecond })
+	for _, server := range []string{"sluice", "grpc-go"} {
+		t.Run(server, func(t *testing.T) { testLateRequest(t, server) })
+	}
+}
+
+// testLateRequest opens a call on server and sends no request: Sluice's
+// server resets it (RST_STREAM CANCEL), grpc-go's answers CANCELLED (the
+// app's tap cancels the context grpc-go reads the request under).
+func testLateRequest(t *testing.T, server string) {
+	ta := start(t, map[string]string{"conf.yaml": conformanceConfig}, func(o *app.Options) { o.HTTPReadTimeout = 200 * time.Millisecond; o.GRPCServer = server })
 	nc, err := net.Dial("tcp", ta.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -173,20 +188,29 @@ func TestAGRPCRequestNotWholeInTheReadTimeoutIsReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	fr := http2.NewFramer(nc, nc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.WriteSettings()
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}) // and no request
 	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	start := time.Now()
-	for {
+	for ended := false; !ended; {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			t.Fatalf("no reset of the call within 5 s: %v", err)
+			t.Fatalf("the call neither reset nor answered within 5 s: %v", err)
 		}
-		if rst, ok := f.(*http2.RSTStreamFrame); ok {
-			if rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeCancel {
-				t.Fatalf("got %v, want stream 1 reset with CANCEL", rst)
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			if server != "sluice" || f.StreamID != 1 || f.ErrCode != http2.ErrCodeCancel {
+				t.Fatalf("got %v, want stream 1 reset with CANCEL", f)
 			}
-			break
+			ended = true
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				if server != "grpc-go" || f.StreamID != 1 || f.PseudoValue("status") != "200" || grpcStatus(f) != "1" {
+					t.Fatalf("got %v, want stream 1 answered grpc-status 1 (CANCELLED)", f.Fields)
+				}
+				ended = true
+			}
 		}
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
@@ -231,4 +255,14 @@ func TestGRPCConnectionsEndWithoutAReset(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grpcStatus is the grpc-status field of f, "" when it has none.
+func grpcStatus(f *http2.MetaHeadersFrame) string {
+	for _, hf := range f.Fields {
+		if hf.Name == "grpc-status" {
+			return hf.Value
+		}
+	}
+	return ""
 }

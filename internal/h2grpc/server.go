@@ -366,19 +366,25 @@ func (s *Server) track(c *conn) bool {
 	return true
 }
 
-// admit reports whether a connection holding mine of a server-wide
-// resource may have more, the server holding total of it against bound
-// (both counted with what is asked for): always within the bound; past
-// it, while the connection holds less than an even share of the bound;
-// past twice the bound, never.
+// admit applies Admit with the server's connections.
 func (s *Server) admit(total, mine, bound int64) bool {
+	return Admit(total, mine, bound, s.nconns.Load())
+}
+
+// Admit is Server's rule for a server-wide bound shared by conns
+// connections, for other servers to apply (the app's bounds on grpc-go's
+// server): a connection holding mine of a resource of which the server
+// holds total against bound (both counted with what is asked for) may
+// have more always within the bound; past it, while the connection holds
+// less than an even share of the bound; past twice the bound, never.
+func Admit(total, mine, bound, conns int64) bool {
 	switch {
 	case bound <= 0 || total <= bound:
 		return true
 	case total > 2*bound:
 		return false
 	}
-	return mine <= bound/max(s.nconns.Load(), 1)
+	return mine <= bound/max(conns, 1)
 }
 
 func (s *Server) untrack(c *conn) {
