@@ -703,10 +703,12 @@ func (c *conn) fail(err error) {
 func (c *conn) close(err error) {
 	c.mu.Lock()
 	if c.closed {
-		lingering := c.lingering
 		c.mu.Unlock()
-		if lingering && err == errServerStopped {
-			c.nc.Close() // Stop cuts the lingering short
+		if err == errServerStopped {
+			// Stop cuts short a lingering close, or the flush of one
+			// still under way (to a client that stopped reading, it would
+			// wait for --http-write-timeout).
+			c.nc.Close()
 		}
 		return
 	}
