@@ -406,6 +406,7 @@ func (a *App) Start() error {
 		grpcOpts = append(grpcOpts, grpc.InitialWindowSize(grpcWindow), grpc.InitialConnWindowSize(grpcConnWindow))
 		bounds := &grpcGoBounds{maxStreams: int64(a.opts.GRPCMaxStreams), requestTimeout: a.opts.HTTPReadTimeout, conns: map[any]int64{}}
 		grpcOpts = append(grpcOpts, bounds.options()...)
+		a.registerGRPCMetrics(nil, bounds)
 		grpcOpts = append(grpcOpts, codec.interceptors()...)
 		if a.opts.GRPCWorkers > 0 {
 			grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(a.opts.GRPCWorkers)))
@@ -436,6 +437,7 @@ func (a *App) Start() error {
 			Inline: isMemoryStore(a.store),
 			Logger: a.log,
 		})
+		a.registerGRPCMetrics(a.grpcServer.(*h2grpc.Server), nil)
 	}
 	rlsv3.RegisterRateLimitServiceServer(a.grpcServer, a.rls)
 	if hs, ok := a.grpcServer.(*h2grpc.Server); ok && a.opts.GRPCBatch && !isMemoryStore(a.store) && a.tracer == nil {

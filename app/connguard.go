@@ -33,6 +33,13 @@ func guardListener(ln net.Listener, max int) *connGuard {
 	return g
 }
 
+// open returns the connections open.
+func (g *connGuard) open() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.conns)
+}
+
 // acquire waits for a free slot and reports whether it took one (false
 // once the listener is closed).
 func (g *connGuard) acquire() bool {

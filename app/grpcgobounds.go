@@ -41,9 +41,19 @@ type grpcGoBounds struct {
 	maxStreams     int64
 	requestTimeout time.Duration
 
-	mu    sync.Mutex
-	open  int64         // calls open on the server
-	conns map[any]int64 // calls open per connection holding any, by the connection's peer address
+	mu      sync.Mutex
+	open    int64         // calls open on the server
+	conns   map[any]int64 // calls open per connection holding any, by the connection's peer address
+	refused int64         // calls refused past maxStreams
+	late    int64         // calls cancelled for a late request
+}
+
+// stats returns the calls open (counted only with --grpc-max-streams),
+// those refused, and those cancelled for a late request.
+func (b *grpcGoBounds) stats() (open, refused, late int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open, b.refused, b.late
 }
 
 // call is one admitted call's place; its context carries it.
@@ -105,6 +115,7 @@ func (b *grpcGoBounds) tap(ctx context.Context, _ *tap.Info) (context.Context, e
 			nconns++
 		}
 		if !h2grpc.Admit(b.open+1, mine+1, b.maxStreams, nconns) {
+			b.refused++
 			b.mu.Unlock()
 			return nil, status.Errorf(codes.Unavailable, "the server has as many calls open as it takes (--grpc-max-streams %d); try again", b.maxStreams)
 		}
@@ -116,6 +127,9 @@ func (b *grpcGoBounds) tap(ctx context.Context, _ *tap.Info) (context.Context, e
 	ctx, cancel := context.WithCancel(ctx)
 	c.timer = time.AfterFunc(b.requestTimeout, func() {
 		cancel()
+		b.mu.Lock()
+		b.late++
+		b.mu.Unlock()
 		c.end()
 	})
 	return context.WithValue(ctx, callKey{}, c), nil

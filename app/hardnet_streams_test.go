@@ -16,6 +16,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
@@ -152,6 +153,16 @@ func TestGRPCMaxStreamsBoundsEveryConnectionTogether(t *testing.T) {
 			if _, err := third.ShouldRateLimit(ctx, heldReq); err == nil {
 				t.Error("a third call on a third connection: got an answer, want it refused")
 			}
+			// The metrics say so.
+			if got := gaugeOrCounter(t, a.Registry(), "sluice_grpc_calls_open", nil); got != 2 {
+				t.Errorf("sluice_grpc_calls_open: %v, want the 2 held", got)
+			}
+			if got := gaugeOrCounter(t, a.Registry(), "sluice_grpc_calls_refused_total", map[string]string{"reason": "max_streams"}); got < 1 {
+				t.Errorf(`sluice_grpc_calls_refused_total{reason="max_streams"}: %v, want at least 1`, got)
+			}
+			if got := gaugeOrCounter(t, a.Registry(), "sluice_grpc_connections", nil); got != 3 {
+				t.Errorf("sluice_grpc_connections: %v, want 3", got)
+			}
 			release(t, hs, open, done)
 			if _, err := third.ShouldRateLimit(context.Background(), heldReq); err != nil {
 				t.Errorf("a call once the others ended: got %v, want an answer", err)
@@ -216,6 +227,9 @@ func testLateRequest(t *testing.T, server string) {
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Errorf("reset after %v, before the read timeout", d)
 	}
+	if got := gaugeOrCounter(t, ta.Registry(), "sluice_grpc_late_requests_total", nil); got != 1 {
+		t.Errorf("sluice_grpc_late_requests_total: %v, want 1", got)
+	}
 }
 
 // The gRPC port ends a connection with its GOAWAY and the end of the
@@ -265,4 +279,37 @@ func grpcStatus(f *http2.MetaHeadersFrame) string {
 		}
 	}
 	return ""
+}
+
+// gaugeOrCounter returns the value of the gauge or counter name with the
+// labels given (all of them, at least), and fails when reg has none.
+func gaugeOrCounter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == k && lp.GetValue() == v
+				}
+				if !found {
+					continue next
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no %s%v registered", name, labels)
+	return 0
 }

@@ -586,6 +586,7 @@ func (c *conn) resetLateRequests(now time.Time) error {
 	for _, st := range late {
 		st.resetLocked(http2.ErrCodeCancel)
 	}
+	c.s.late.Add(int64(len(late)))
 	err := c.flushLocked()
 	c.wmu.Unlock()
 	for _, st := range late {
@@ -675,6 +676,7 @@ func (c *conn) finalGoAway() {
 func (c *conn) fail(err error) {
 	var ce connError
 	if errors.As(err, &ce) {
+		c.s.connErrors.Add(1)
 		c.s.opts.Logger.Debug("gRPC connection error", "remote", c.nc.RemoteAddr().String(), "err", err)
 		c.mu.Lock()
 		last := c.maxID

@@ -108,8 +108,8 @@ func (r *rawConn) until(ok func(http2.Frame) bool) http2.Frame {
 }
 
 func TestProtocolErrorsEndTheConnection(t *testing.T) {
-	_, _, _, addr := serve(t, Options{})
-	for _, c := range []struct {
+	s, _, _, addr := serve(t, Options{})
+	cases := []struct {
 		name string
 		send func(r *rawConn)
 		want http2.ErrCode
@@ -122,7 +122,8 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 		}, http2.ErrCodeFrameSize},
 		{"DATA on a stream never opened", func(r *rawConn) { r.fr.WriteData(7, false, []byte{0}) }, http2.ErrCodeProtocol},
 		{"a WINDOW_UPDATE of 0", func(r *rawConn) { r.fr.WriteWindowUpdate(0, 0) }, http2.ErrCodeProtocol},
-	} {
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := dialRaw(t, addr)
 			c.send(r)
@@ -134,6 +135,9 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 				t.Error("the connection stayed open after its GOAWAY")
 			}
 		})
+	}
+	if got := s.Stats().ConnectionErrors; got != int64(len(cases)) {
+		t.Errorf("Stats().ConnectionErrors: %d, want %d", got, len(cases))
 	}
 	// Without the preface, the server says nothing and hangs up.
 	nc, err := net.Dial("tcp", addr)
@@ -149,7 +153,7 @@ func TestProtocolErrorsEndTheConnection(t *testing.T) {
 }
 
 func TestStreamsPastTheCapAreRefused(t *testing.T) {
-	_, e, _, addr := serve(t, Options{MaxConcurrentStreams: 2})
+	s, e, _, addr := serve(t, Options{MaxConcurrentStreams: 2})
 	r := dialRaw(t, addr)
 	for _, id := range []uint32{1, 3, 5} {
 		r.headers(id, "/test.Echo/Block", false)
@@ -158,6 +162,9 @@ func TestStreamsPastTheCapAreRefused(t *testing.T) {
 	f := r.until(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
 	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 5 || rst.ErrCode != http2.ErrCodeRefusedStream {
 		t.Fatalf("got %v, want stream 5 refused", f)
+	}
+	if got := s.Stats().Refused; got != [numRefusals]int64{RefusedMaxConcurrentStreams: 1} {
+		t.Errorf("Stats().Refused: %v, want 1 call refused for max_concurrent_streams", got)
 	}
 	for range 2 {
 		<-e.started
@@ -383,6 +390,9 @@ func TestStreamsPastTheServersCapAreRefused(t *testing.T) {
 	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 3 || rst.ErrCode != http2.ErrCodeRefusedStream {
 		t.Fatalf("got %v, want the fourth call on the server refused", f)
 	}
+	if st := s.Stats(); st.Refused != [numRefusals]int64{RefusedMaxStreams: 1} || st.Calls != 3 || st.Connections != 2 {
+		t.Errorf("Stats: %+v, want 1 call refused for max_streams, 3 calls on 2 connections", st)
+	}
 	close(e.release)
 	b.fr.WriteRSTStream(1, http2.ErrCodeCancel)
 	waitFor(t, "the calls ended, the server still counts some open", func() bool { return s.open.Load() == 0 })
@@ -414,6 +424,9 @@ func TestUnfinishedMessagesPastTheServersCapFail(t *testing.T) {
 	send(3, 600<<10)
 	if got := r.status(3); got != "8" {
 		t.Fatalf("the call past %d bytes: got grpc-status %q, want 8 (RESOURCE_EXHAUSTED)", limit, got)
+	}
+	if got := s.Stats().Refused; got != [numRefusals]int64{RefusedMaxPendingBytes: 1} {
+		t.Errorf("Stats().Refused: %v, want 1 call refused for max_pending_bytes", got)
 	}
 	hb := headerBytes("/test.Echo/Unary")
 	waitFor(t, "pending bytes as stream 1 holds them", func() bool { return s.pending.Load() == 600<<10+hb })
@@ -546,6 +559,9 @@ func TestLateRequestsAreReset(t *testing.T) {
 	}
 	if d := time.Since(start); d < 75*time.Millisecond {
 		t.Errorf("reset after %v, before the request timeout", d)
+	}
+	if got := s.Stats().LateRequests; got != 1 {
+		t.Errorf("Stats().LateRequests: %d, want 1", got)
 	}
 	waitFor(t, "the late call still counted", func() bool { return s.open.Load() == 1 })
 	time.Sleep(300 * time.Millisecond)

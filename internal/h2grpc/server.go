@@ -162,6 +162,11 @@ type Server struct {
 	pending atomic.Int64
 	nconns  atomic.Int64 // len(conns)
 
+	// What Stats reports besides those.
+	refused    [numRefusals]atomic.Int64
+	late       atomic.Int64
+	connErrors atomic.Int64
+
 	mu        sync.Mutex // protects the fields below
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
@@ -483,4 +488,60 @@ func streamNext(is []grpc.StreamServerInterceptor, i int, info *grpc.StreamServe
 	return func(srv any, ss grpc.ServerStream) error {
 		return is[i+1](srv, ss, info, streamNext(is, i+1, info, h))
 	}
+}
+
+// Refusal is why a call was refused before it ran.
+type Refusal int
+
+const (
+	// RefusedMaxConcurrentStreams: its connection had
+	// Options.MaxConcurrentStreams calls open (or running).
+	RefusedMaxConcurrentStreams Refusal = iota
+	// RefusedMaxStreams: past Options.MaxStreams, and its connection held
+	// its share.
+	RefusedMaxStreams
+	// RefusedMaxPendingBytes: its header list or message found no room
+	// under Options.MaxPendingBytes.
+	RefusedMaxPendingBytes
+	// RefusedClosing: its connection was closing (after the final GOAWAY).
+	RefusedClosing
+	numRefusals
+)
+
+// String is the refusal's name in metrics: max_concurrent_streams,
+// max_streams, max_pending_bytes, closing.
+func (r Refusal) String() string {
+	return [...]string{"max_concurrent_streams", "max_streams", "max_pending_bytes", "closing"}[r]
+}
+
+// Stats are the server's counts, for metrics.
+type Stats struct {
+	Connections  int64 // open
+	Calls        int64 // open on every connection
+	PendingBytes int64 // held for requests not whole yet
+	// Refused counts the calls refused, by Refusal, since the server
+	// started.
+	Refused [numRefusals]int64
+	// LateRequests counts the unary calls reset because their requests
+	// did not come whole within Options.RequestTimeout.
+	LateRequests int64
+	// ConnectionErrors counts the connections ended for a connection
+	// error (GOAWAY with an error code: a protocol error, a flood, a
+	// flow-control violation).
+	ConnectionErrors int64
+}
+
+// Stats returns the server's counts now.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Connections:      s.nconns.Load(),
+		Calls:            s.open.Load(),
+		PendingBytes:     s.pending.Load(),
+		LateRequests:     s.late.Load(),
+		ConnectionErrors: s.connErrors.Load(),
+	}
+	for i := range st.Refused {
+		st.Refused[i] = s.refused[i].Load()
+	}
+	return st
 }

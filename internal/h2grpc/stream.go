@@ -131,12 +131,20 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		hb += int64(len(hf.Name) + len(hf.Value))
 	}
 	limit := c.s.opts.MaxConcurrentStreams
-	refuse := id > c.lastID || c.closed ||
-		limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit) ||
-		!c.s.admit(c.s.open.Load()+1, int64(len(c.streams))+1, int64(c.s.opts.MaxStreams)) ||
-		!c.s.admit(c.s.pending.Load()+hb, c.pending+hb, c.s.opts.MaxPendingBytes)
+	refuse := Refusal(-1)
+	switch {
+	case id > c.lastID || c.closed:
+		refuse = RefusedClosing
+	case limit > 0 && (uint32(len(c.streams)) >= limit || uint32(c.running.Load()) >= limit):
+		refuse = RefusedMaxConcurrentStreams
+	case !c.s.admit(c.s.open.Load()+1, int64(len(c.streams))+1, int64(c.s.opts.MaxStreams)):
+		refuse = RefusedMaxStreams
+	case !c.s.admit(c.s.pending.Load()+hb, c.pending+hb, c.s.opts.MaxPendingBytes):
+		refuse = RefusedMaxPendingBytes
+	}
 	c.mu.Unlock()
-	if refuse {
+	if refuse >= 0 {
+		c.s.refused[refuse].Add(1)
 		c.writeReset(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
@@ -434,6 +442,7 @@ func (c *conn) hold(st *stream, n int64) *status.Status {
 	}
 	d := n - st.pending
 	if d > 0 && !c.s.admit(c.s.pending.Load()+d, c.pending+d, c.s.opts.MaxPendingBytes) {
+		c.s.refused[RefusedMaxPendingBytes].Add(1)
 		return status.Newf(codes.ResourceExhausted, "grpc: the server holds as many bytes of unfinished requests as it takes (%d); try again", c.s.opts.MaxPendingBytes)
 	}
 	st.pending = n
