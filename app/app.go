@@ -185,6 +185,7 @@ func New(o Options, deps Deps) (*App, error) {
 		log.Info("tracing on", "protocol", t.ExporterProtocol, "service", t.ServiceName, "sampling_rate", t.SamplingRate)
 	}
 	a.metrics = server.NewMetrics(a.registry)
+	a.registerHTTPMetrics()
 	sinks, err := newStatsSinks(o.Stats, a.metrics.Stats(), a.registry, a)
 	if err != nil {
 		_ = st.Close()

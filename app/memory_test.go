@@ -57,3 +57,31 @@ func TestMemoryStoreMetricsAreRegistered(t *testing.T) {
 		}
 	}
 }
+
+// The listeners' series are registered whatever the store, with either
+// gRPC server.
+func TestListenerMetricsAreRegistered(t *testing.T) {
+	for _, server := range []string{"sluice", "grpc-go"} {
+		t.Run(server, func(t *testing.T) {
+			ta := start(t, nil, func(o *app.Options) { o.GRPCServer = server })
+			mfs, err := ta.Registry().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for _, mf := range mfs {
+				got[mf.GetName()] = true
+			}
+			want := []string{"sluice_http_body_bytes_pending", "sluice_http_bodies_refused_total", "sluice_grpc_connections",
+				"sluice_grpc_calls_open", "sluice_grpc_calls_refused_total", "sluice_grpc_late_requests_total"}
+			if server == "sluice" {
+				want = append(want, "sluice_grpc_pending_bytes", "sluice_grpc_connection_errors_total")
+			}
+			for _, name := range want {
+				if !got[name] {
+					t.Errorf("got no %s, want it registered", name)
+				}
+			}
+		})
+	}
+}

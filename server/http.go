@@ -36,7 +36,17 @@ const (
 	MaxPendingBodyBytes = 64 << 20
 )
 
-var pendingBodies atomic.Int64
+var (
+	pendingBodies atomic.Int64
+	bodiesRefused atomic.Int64 // bodies answered 503 for want of room
+)
+
+// BodyRoom returns the bytes of request bodies being read that count
+// against MaxPendingBodyBytes, and how many bodies found no room, since
+// the process started: the HTTP listeners' metrics.
+func BodyRoom() (pending, refused int64) {
+	return pendingBodies.Load(), bodiesRefused.Load()
+}
 
 // errBodyBusy is readBody's error when the bodies being read hold
 // MaxPendingBodyBytes.
@@ -64,6 +74,7 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 	if d := b.read - freeBodyBytes - b.held; d > 0 {
 		if pendingBodies.Add(d) > MaxPendingBodyBytes {
 			pendingBodies.Add(-d)
+			bodiesRefused.Add(1)
 			return n, errBodyBusy
 		}
 		b.held += d

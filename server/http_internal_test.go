@@ -27,9 +27,13 @@ func TestLargeBodiesShareABoundedRoom(t *testing.T) {
 
 	pendingBodies.Add(MaxPendingBodyBytes) // as if other bodies held all the room
 	defer pendingBodies.Add(-MaxPendingBodyBytes)
+	_, refusedBefore := BodyRoom()
 	_, err := read(20 << 10)
 	if !errors.Is(err, errBodyBusy) || bodyStatus(err) != http.StatusServiceUnavailable {
 		t.Errorf("a 20 KiB body without room: got %v (status %d), want errBodyBusy and 503", err, bodyStatus(err))
+	}
+	if _, refused := BodyRoom(); refused != refusedBefore+1 {
+		t.Errorf("BodyRoom's refused: %d, want %d", refused, refusedBefore+1)
 	}
 	if _, err := read(freeBodyBytes); err != nil {
 		t.Errorf("a body of freeBodyBytes without room: got %v, want it read", err)

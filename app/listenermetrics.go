@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/h2grpc"
+	"github.com/sluice-rl/sluice/server"
 )
 
 // registerGRPCMetrics registers the gRPC server's series: its connections
@@ -51,4 +52,17 @@ func (a *App) registerGRPCMetrics(sluice *h2grpc.Server, bounds *grpcGoBounds) {
 		)
 	}
 	a.registry.MustRegister(cs...)
+}
+
+// registerHTTPMetrics registers the HTTP listeners' series: the room for
+// request bodies being read, which all of them share.
+func (a *App) registerHTTPMetrics() {
+	a.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_http_body_bytes_pending",
+			Help: "Bytes of HTTP request bodies being read past their first 16 KiB, which share 64 MiB for the process."},
+			func() float64 { pending, _ := server.BodyRoom(); return float64(pending) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_http_bodies_refused_total",
+			Help: "HTTP requests answered 503 because their body found no room in the 64 MiB bodies being read share."},
+			func() float64 { _, refused := server.BodyRoom(); return float64(refused) }),
+	)
 }
