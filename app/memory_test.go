@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rl/sluice/app"
 )
 
@@ -43,14 +45,7 @@ func TestMemoryMaxBytesOption(t *testing.T) {
 
 func TestMemoryStoreMetricsAreRegistered(t *testing.T) {
 	ta := start(t, nil, func(o *app.Options) { o.MemoryMaxBytes = 1 << 20 })
-	mfs, err := ta.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, mf := range mfs {
-		got[mf.GetName()] = true
-	}
+	got := registered(t, ta.Registry())
 	for _, name := range []string{"sluice_memory_entries", "sluice_memory_bytes", "sluice_memory_mapped_bytes", "sluice_memory_evictions_total", "sluice_memory_refused_total"} {
 		if !got[name] {
 			t.Errorf("got no %s, want it registered for the memory store", name)
@@ -64,14 +59,7 @@ func TestListenerMetricsAreRegistered(t *testing.T) {
 	for _, server := range []string{"sluice", "grpc-go"} {
 		t.Run(server, func(t *testing.T) {
 			ta := start(t, nil, func(o *app.Options) { o.GRPCServer = server })
-			mfs, err := ta.Registry().Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]bool{}
-			for _, mf := range mfs {
-				got[mf.GetName()] = true
-			}
+			got := registered(t, ta.Registry())
 			want := []string{"sluice_http_body_bytes_pending", "sluice_http_bodies_refused_total", "sluice_grpc_connections",
 				"sluice_grpc_calls_open", "sluice_grpc_calls_refused_total", "sluice_grpc_late_requests_total"}
 			if server == "sluice" {
@@ -84,4 +72,18 @@ func TestListenerMetricsAreRegistered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// registered returns the names of the series reg gathers.
+func registered(t *testing.T, reg *prometheus.Registry) map[string]bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+	}
+	return got
 }
