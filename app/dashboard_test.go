@@ -124,6 +124,10 @@ func TestDashboardStateJSONShowsRulesStoreAndConfig(t *testing.T) {
 			Hash   string `json:"hash"`
 			OK     bool   `json:"last_reload_ok"`
 		} `json:"config"`
+		Listeners *struct {
+			GRPCConnections uint64            `json:"grpc_connections"`
+			Refused         map[string]uint64 `json:"grpc_calls_refused"`
+		} `json:"listeners"`
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -164,6 +168,11 @@ func TestDashboardStateJSONShowsRulesStoreAndConfig(t *testing.T) {
 	}
 	if len(st.Config.Hash) != 12 {
 		t.Errorf("config hash: got %q, want 12 hex digits", st.Config.Hash)
+	}
+	// The load's connection, and a count for every reason a call may be
+	// refused (none refused).
+	if l := st.Listeners; l == nil || l.GRPCConnections < 1 || len(l.Refused) != 4 || l.Refused["max_streams"] != 0 {
+		t.Errorf("listeners: got %+v, want at least 1 gRPC connection and 4 refusal reasons at 0", l)
 	}
 }
 
@@ -235,6 +244,11 @@ func TestDashboardInHeadlessChromium(t *testing.T) {
 	for _, domain := range []string{"edge_proxy", "mongo_cps", "messaging", "bench"} {
 		if !strings.Contains(body, domain) {
 			t.Errorf("page text has no domain %q", domain)
+		}
+	}
+	for _, line := range []string{"gRPC connections", "gRPC calls refused", "HTTP bodies refused (503)"} {
+		if !strings.Contains(body, line) {
+			t.Errorf("page text has no %q (the listeners' panel)", line)
 		}
 	}
 	t.Logf("over-limit/s of %s: %v", blockedRule, overRate)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-rl/sluice/clock"
 	"github.com/sluice-rl/sluice/descriptors"
@@ -62,7 +63,7 @@ type ConfigStatus struct {
 // left zero; the page then leaves out what it cannot know.
 type DashboardOptions struct {
 	RLS      *RLS                                  // the Envoy service: its config and per-rule statistics
-	Gatherer prometheus.Gatherer                   // for the key-value decisions (sluice_kv_decisions_total)
+	Gatherer prometheus.Gatherer                   // for the key-value decisions (sluice_kv_decisions_total) and the listeners' series
 	Clock    clock.Clock                           // defaults to the real clock
 	Store    func(ctx context.Context) StoreStatus // pings the store
 	Config   func() ConfigStatus
@@ -160,6 +161,61 @@ type DashboardState struct {
 	Store          *StoreStatus       `json:"store,omitempty"`
 	Config         *DashboardConfig   `json:"config,omitempty"`
 	KV             []DashboardKVLimit `json:"kv"`
+	// Listeners is what the listeners' bounds refused, read from their
+	// metrics; nil where there are none (sluice proxy).
+	Listeners *DashboardListeners `json:"listeners,omitempty"`
+}
+
+// DashboardListeners is the listeners' part of state.json: the gRPC port's
+// connections and calls, and what the bounds of it and of the HTTP
+// listeners refused (docs/operations.md lists the series).
+type DashboardListeners struct {
+	GRPCConnections  uint64            `json:"grpc_connections"`
+	GRPCCalls        uint64            `json:"grpc_calls_open"`
+	GRPCPendingBytes uint64            `json:"grpc_pending_bytes"`
+	GRPCRefused      map[string]uint64 `json:"grpc_calls_refused"` // by reason
+	GRPCLate         uint64            `json:"grpc_late_requests"`
+	GRPCConnErrors   uint64            `json:"grpc_connection_errors"`
+	BodiesRefused    uint64            `json:"http_bodies_refused"`
+}
+
+// listeners reads the listeners' series from mfs; nil when there are
+// none.
+func listeners(mfs []*dto.MetricFamily) *DashboardListeners {
+	var l *DashboardListeners
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if !strings.HasPrefix(name, "sluice_grpc_") && !strings.HasPrefix(name, "sluice_http_") {
+			continue
+		}
+		if l == nil {
+			l = &DashboardListeners{GRPCRefused: map[string]uint64{}}
+		}
+		for _, m := range mf.GetMetric() {
+			v := uint64(m.GetGauge().GetValue() + m.GetCounter().GetValue())
+			switch name {
+			case "sluice_grpc_connections":
+				l.GRPCConnections = v
+			case "sluice_grpc_calls_open":
+				l.GRPCCalls = v
+			case "sluice_grpc_pending_bytes":
+				l.GRPCPendingBytes = v
+			case "sluice_grpc_late_requests_total":
+				l.GRPCLate = v
+			case "sluice_grpc_connection_errors_total":
+				l.GRPCConnErrors = v
+			case "sluice_http_bodies_refused_total":
+				l.BodiesRefused = v
+			case "sluice_grpc_calls_refused_total":
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == "reason" {
+						l.GRPCRefused[lp.GetValue()] = v
+					}
+				}
+			}
+		}
+	}
+	return l
 }
 
 // DashboardConfig is the configuration part of state.json.
@@ -307,7 +363,12 @@ func (d *Dashboard) State(ctx context.Context) DashboardState {
 		}
 		st.Config = c
 	}
-	st.KV = kvDecisions(d.o.Gatherer)
+	var mfs []*dto.MetricFamily
+	if d.o.Gatherer != nil {
+		mfs, _ = d.o.Gatherer.Gather() // what it gathered, despite an error
+	}
+	st.KV = kvDecisions(mfs)
+	st.Listeners = listeners(mfs)
 	if d.o.Adaptive != nil {
 		st.Adaptive = d.o.Adaptive()
 	}
@@ -355,16 +416,9 @@ func limitText(r *descriptors.Rule) string {
 	return s
 }
 
-// kvDecisions reads sluice_kv_decisions_total from g, by limit name.
-func kvDecisions(g prometheus.Gatherer) []DashboardKVLimit {
+// kvDecisions reads sluice_kv_decisions_total from mfs, by limit name.
+func kvDecisions(mfs []*dto.MetricFamily) []DashboardKVLimit {
 	out := []DashboardKVLimit{}
-	if g == nil {
-		return out
-	}
-	mfs, err := g.Gather()
-	if err != nil && len(mfs) == 0 {
-		return out
-	}
 	byName := map[string]*DashboardKVLimit{}
 	for _, mf := range mfs {
 		if mf.GetName() != "sluice_kv_decisions_total" {

@@ -198,6 +198,29 @@
     });
   }
 
+  function drawListeners(s) {
+    var l = s.listeners;
+    $("listeners-section").hidden = !l || !(s.store || s.config);
+    if (!l) return;
+    var reasons = Object.keys(l.grpc_calls_refused || {}).sort();
+    var refused = 0, byReason = [];
+    reasons.forEach(function (r) {
+      var n = l.grpc_calls_refused[r];
+      refused += n;
+      if (n > 0) byReason.push(r + " " + num(n));
+    });
+    function bad(n) { return n > 0 ? "bad" : ""; }
+    dl($("listeners"), [
+      ["gRPC connections", num(l.grpc_connections)],
+      ["gRPC calls open", num(l.grpc_calls_open)],
+      ["gRPC bytes of unfinished requests", num(l.grpc_pending_bytes)],
+      ["gRPC calls refused", num(refused) + (byReason.length ? " (" + byReason.join(", ") + ")" : ""), bad(refused)],
+      ["gRPC requests too late (reset)", num(l.grpc_late_requests), bad(l.grpc_late_requests)],
+      ["gRPC connection errors", num(l.grpc_connection_errors), bad(l.grpc_connection_errors)],
+      ["HTTP bodies refused (503)", num(l.http_bodies_refused), bad(l.http_bodies_refused)]
+    ]);
+  }
+
   function draw(s) {
     var rls = !!(s.store || s.config);
     Array.prototype.forEach.call(document.querySelectorAll(".rls"), function (el) { el.hidden = !rls; });
@@ -206,7 +229,7 @@
     $("calls-rate").textContent = num(s.requests_per_second);
     $("over-rate").textContent = num(over);
     $("requests").textContent = num(s.requests);
-    drawHot(s); drawStore(s); drawConfig(s); drawKV(s);
+    drawHot(s); drawStore(s); drawConfig(s); drawKV(s); drawListeners(s);
     history.push({ calls: s.requests_per_second, over: over });
     if (history.length > HISTORY) history.shift();
     drawHistory();
