@@ -536,10 +536,11 @@ h2_abuse() {
   # the connections holding more than their share are refused, not a
   # normal caller
   held idle -mode idle -conns 80 -streams 1000
-  local refused
+  local refused counted
   refused=$(field refused "$work/h2-idle")
-  steps+=("80 connections × 1,000 calls sending no request: $refused refused, heap in use $heap MiB, RSS $rss MiB, a normal call meanwhile $during")
-  if [ "${refused:-0}" -lt 1 ] || [ "$heap" -ge 512 ] || [ "$during" != answered ]; then verdict=FAILED; fi
+  counted=$(metric "$dbg" 'sluice_grpc_calls_refused_total{reason="max_streams"}')
+  steps+=("80 connections × 1,000 calls sending no request: $refused refused ($counted in \`sluice_grpc_calls_refused_total{reason=\"max_streams\"}\`), heap in use $heap MiB, RSS $rss MiB, a normal call meanwhile $during")
+  if [ "${refused:-0}" -lt 1 ] || [ "$counted" != "$refused" ] || [ "$heap" -ge 512 ] || [ "$during" != answered ]; then verdict=FAILED; fi
 
   # d. calls that send 1 MiB of a 4 MiB message and never finish it
   held unfinished -mode unfinished -conns 16 -streams 100 -send 1048576
@@ -572,7 +573,9 @@ h2_abuse() {
 slow_http() {
   local grpc http
   grpc=$(free_port) http=$(free_port)
-  start_sluice slow "$grpc" "$http" --debug-addr off --store memory
+  local dbg
+  dbg=$(free_port)
+  start_sluice slow "$grpc" "$http" --debug-addr "127.0.0.1:$dbg" --store memory
   local spid=$sluice_pid body steps=() verdict=ok mode rss during answered pid
   body='{"domain":"faults","descriptors":[{"entries":[{"key":"roomy","value":"a"}]}]}'
   for mode in slowheader slowbody; do
@@ -586,6 +589,13 @@ slow_http() {
     steps+=("$mode: answered ${answered:-none}, RSS $rss MiB, a normal /json call meanwhile $during")
     if [ "$rss" -ge 1024 ] || [ "$during" != 200 ] || [ -z "$answered" ]; then verdict=FAILED; fi
   done
+  # the 503s, as the server counted them: at least those the tool read
+  # (bodies refused once the tool had closed its connections count too)
+  local refused counted
+  refused=$(sed -n 's/.*503:\([0-9]*\).*/\1/p' "$work/http-slowbody")
+  counted=$(metric "$dbg" sluice_http_bodies_refused_total)
+  steps+=("bodies refused as \`sluice_http_bodies_refused_total\` counts them: $counted")
+  case $counted in absent | "") verdict=FAILED ;; *) if [ "${counted%.*}" -lt "${refused:-0}" ]; then verdict=FAILED; fi ;; esac
   local alive=yes
   kill -0 "$spid" 2>/dev/null || alive=no
   if [ "$alive" != yes ]; then verdict=FAILED; fi
