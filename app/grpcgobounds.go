@@ -126,18 +126,18 @@ func (b *grpcGoBounds) tap(ctx context.Context, _ *tap.Info) (context.Context, e
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	c.timer = time.AfterFunc(b.requestTimeout, func() {
-		cancel()
 		b.mu.Lock()
 		b.late++
 		b.mu.Unlock()
 		c.end()
+		cancel() // last: who sees the context end sees the place given back
 	})
 	return context.WithValue(ctx, callKey{}, c), nil
 }
 
-// end gives the call's place back, once.
+// end gives the call's place back, once. (It leaves the timer alone: the
+// timer's own function calls it, maybe before tap has set c.timer.)
 func (c *call) end() {
-	c.timer.Stop()
 	if c.b == nil {
 		return // not counted (no --grpc-max-streams), or noCall
 	}

@@ -85,3 +85,24 @@ func TestGRPCGoBoundsCancelALateRequest(t *testing.T) {
 		t.Fatalf("calls counted open: %d, want 1 (the late one's place given back)", open)
 	}
 }
+
+// A request timeout so short that the timer fires before tap returns
+// neither panics nor races (the timer's function must not read the timer).
+func TestGRPCGoBoundsATimerFiringAtOnce(t *testing.T) {
+	b := &grpcGoBounds{maxStreams: 10, requestTimeout: time.Nanosecond, conns: map[any]int64{}}
+	for range 1000 {
+		ctx, err := b.tap(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-ctx.Done()
+		c := callOf(ctx)
+		c.timer.Stop()
+		c.end()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open != 0 || b.late != 1000 {
+		t.Fatalf("after 1,000 late calls: %d open, %d late; want 0 and 1000", b.open, b.late)
+	}
+}
