@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // readToEnd reads frames until the connection ends and returns the last
@@ -68,5 +70,47 @@ func TestConnectionsEndWithoutAReset(t *testing.T) {
 				t.Fatalf("the connection ended with %v, want its end of stream", err)
 			}
 		})
+	}
+}
+
+// A client that streams on after the server ended its connection (here an
+// endless header block, past the 1 MiB a header list may take) is read
+// for at most lingerBytes more, then cut off: the lingering close does not
+// let it keep the server reading at line rate for lingerTime.
+func TestALingeringCloseReadsABoundedAmount(t *testing.T) {
+	_, _, _, addr := serve(t, Options{})
+	r := dialRaw(t, addr)
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for _, f := range callHeaders("/test.Echo/Unary") {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b.Bytes()}) // no END_HEADERS
+	var c bytes.Buffer
+	junk := hpack.NewEncoder(&c)
+	for c.Len() < 15000 {
+		junk.WriteField(hpack.HeaderField{Name: "x-junk", Value: strings.Repeat("a", 1000), Sensitive: true})
+	}
+	const frames = 20000 // 300 MB
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		for ; n < frames; n++ {
+			if r.fr.WriteContinuation(1, false, c.Bytes()) != nil {
+				break
+			}
+		}
+		sent <- n
+	}()
+	if g := r.goAway(); g == nil || g.ErrCode == http2.ErrCodeNo {
+		t.Fatalf("got %v, want a GOAWAY with an error code", g)
+	}
+	select {
+	case n := <-sent:
+		if mb := n * c.Len() >> 20; n == frames || mb > 64 {
+			t.Fatalf("the server took %d MB of an endless header block, want it cut off after a few", mb)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client could still write after 10 s")
 	}
 }

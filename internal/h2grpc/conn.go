@@ -39,10 +39,13 @@ const (
 	// goAwayPingWait is how long a graceful close waits for the answer to
 	// its ping before sending the final GOAWAY regardless.
 	goAwayPingWait = 5 * time.Second
-	// lingerTime bounds how long a connection the server ends goes on
-	// reading, and dropping, what the client still sends after the
-	// server shut its side (see close).
-	lingerTime = time.Second
+	// lingerTime and lingerBytes bound how long, and how much, a
+	// connection the server ends goes on reading, and dropping, of what
+	// the client still sends after the server shut its side (see close):
+	// enough for the frames a client had in flight, and no more for one
+	// that streams on (at line rate, a second is gigabytes).
+	lingerTime  = time.Second
+	lingerBytes = 1 << 20
 )
 
 var (
@@ -221,8 +224,9 @@ func (s *Server) serveConn(nc net.Conn) {
 
 // finish, run by the reader once the connection is closed, ends what
 // close left: when close only shut the writing side, it reads and drops
-// what the client still sends until the client closes too, or for
-// lingerTime, then closes the socket and leaves the server's set.
+// what the client still sends until the client closes too, for at most
+// lingerTime and lingerBytes, then closes the socket and leaves the
+// server's set.
 func (c *conn) finish() {
 	<-c.done // close may still be running on another goroutine
 	c.mu.Lock()
@@ -231,7 +235,7 @@ func (c *conn) finish() {
 	if !lingering {
 		return
 	}
-	io.Copy(io.Discard, c.br)
+	io.CopyN(io.Discard, c.br, lingerBytes)
 	c.nc.Close()
 	c.s.untrack(c)
 }
