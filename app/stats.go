@@ -141,6 +141,11 @@ func newStatsSinks(o StatsOptions, st *stats.Stats, reg prometheus.Registerer, a
 		if err != nil {
 			return nil, fmt.Errorf("--statsd-addr: %w", err)
 		}
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_statsd_lines_too_long_total",
+			Help: "StatsD stat lines not sent because no UDP datagram can carry them (65,507 bytes): a stat key built from a long request value."},
+			func() float64 { return float64(sd.TooLong()) })); err != nil {
+			return nil, err
+		}
 		s.statsd = sd
 	}
 	return s, nil

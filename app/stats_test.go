@@ -480,3 +480,34 @@ func TestStatsdCountsLocalCacheAnswers(t *testing.T) {
 		}
 	}
 }
+
+// Over UDP, a stat whose line no datagram can carry (a detailed_metric
+// key built from a 65,500-byte value) is skipped and counted in
+// sluice_statsd_lines_too_long_total, and the flush's other stats arrive.
+func TestStatsdCountsLinesTooLongForUDP(t *testing.T) {
+	lines := make(chan string, 1000)
+	addr := listenStatsd(t, "udp", lines)
+	const detailed = `domain: long
+descriptors:
+  - key: token
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	ta := start(t, map[string]string{"long.yaml": detailed}, func(o *app.Options) {
+		o.Stats.StatsdAddr, o.Stats.StatsdProtocol = addr, "udp"
+		o.Stats.FlushInterval = time.Hour // flushed by the test
+	})
+	ta.ask(t, "long", desc("token", strings.Repeat("t", 65_500))) // within --max-descriptor-entry-bytes
+	if err := ta.StatsD().Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	// config_load_success, total_requests and the call's timer; the long
+	// key's total_hits and within_limit do not come.
+	got := collect(t, lines, 3)
+	if !slices.Contains(got, "ratelimit_server.ShouldRateLimit.total_requests:1|c") {
+		t.Errorf("got %.200q, want the flush's total_requests", got)
+	}
+	if n := gaugeOrCounter(t, ta.Registry(), "sluice_statsd_lines_too_long_total", nil); n != 2 {
+		t.Errorf("sluice_statsd_lines_too_long_total: %v, want 2 (the long key's total_hits and within_limit)", n)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,6 +116,8 @@ type StatsD struct {
 	lastSvc    [6]uint64
 	samples    []float64
 	buf        []byte
+
+	tooLong atomic.Int64 // lines past maxDatagram, not sent over UDP
 }
 
 // NewStatsD returns a flusher of st to o.Addr; it connects on the first
@@ -178,8 +181,15 @@ func (s *StatsD) Run(ctx context.Context) {
 	}
 }
 
-// udpPayload bounds a UDP datagram, to stay under common path MTUs.
-const udpPayload = 1432
+// udpPayload bounds a UDP datagram, to stay under common path MTUs; a
+// longer line goes out in a datagram of its own, up to maxDatagram, the
+// most a UDP datagram over IPv4 carries. A line longer still (a stat key
+// built from a long request value under detailed_metric) cannot be sent
+// over UDP: Flush skips it and counts it (TooLong).
+const (
+	udpPayload  = 1432
+	maxDatagram = 65_507
+)
 
 // tcpChunk bounds the bytes written to TCP at once.
 const tcpChunk = 32 << 10
@@ -199,6 +209,10 @@ func (s *StatsD) Flush() error {
 		limit := tcpChunk
 		if s.opts.Protocol == "udp" {
 			limit = udpPayload
+			if len(line) > maxDatagram {
+				s.tooLong.Add(1)
+				return
+			}
 		}
 		if len(sent) > 0 && len(sent)+len(line) > limit {
 			err = s.write(sent)
@@ -365,3 +379,7 @@ func (s *StatsD) write(b []byte) error {
 	}
 	return nil
 }
+
+// TooLong returns how many stat lines were not sent because they were
+// longer than a UDP datagram can carry (maxDatagram), since the start.
+func (s *StatsD) TooLong() int64 { return s.tooLong.Load() }

@@ -227,3 +227,42 @@ func FuzzParseTags(f *testing.F) {
 		}
 	})
 }
+
+// A stat whose line is longer than a UDP datagram can carry (a key built
+// from a 64 KiB request value under detailed_metric) cannot be sent over
+// UDP: it is skipped and counted, and the other stats of the same flush
+// still go out (the datagram's error used to end the flush, losing them).
+func TestStatsDSkipsALineTooLongForADatagram(t *testing.T) {
+	pc := listenUDP(t)
+	st := stats.New()
+	sd, err := stats.NewStatsD(st, stats.StatsDOptions{Addr: pc.LocalAddr().String(), Protocol: "udp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Rule("d.k_" + strings.Repeat("v", 70_000)).TotalHits.Add(1) // first in the flush
+	st.Rule("d.short").TotalHits.Add(2)
+	if err := sd.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	var got []string
+	buf := make([]byte, 1<<16)
+	_ = pc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	for {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		got = append(got, strings.Split(strings.TrimSuffix(string(buf[:n]), "\n"), "\n")...)
+	}
+	if !slices.Contains(got, "ratelimit.service.rate_limit.d.short.total_hits:2|c") {
+		t.Errorf("the short rule's line missing from %d lines", len(got))
+	}
+	for _, l := range got {
+		if len(l) > 65_000 {
+			t.Errorf("a line of %d bytes went out", len(l))
+		}
+	}
+	if n := sd.TooLong(); n != 1 {
+		t.Errorf("TooLong: %d, want 1", n)
+	}
+}
