@@ -535,17 +535,21 @@ func startProcess(t *testing.T, cmd *exec.Cmd) <-chan string {
 func waitForLine(t *testing.T, lines <-chan string, timeout time.Duration, want string, match func(string) bool) string {
 	t.Helper()
 	deadline := time.After(timeout)
+	var seen []string // the last lines read, for the failure
 	for {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("the process exited before %s", want)
+				t.Fatalf("the process exited before %s; its last lines:\n%s", want, strings.Join(seen, "\n"))
 			}
 			if match(l) {
 				return l
 			}
+			if seen = append(seen, l); len(seen) > 20 {
+				seen = seen[1:]
+			}
 		case <-deadline:
-			t.Fatalf("no %s within %s", want, timeout)
+			t.Fatalf("no %s within %s; the last lines:\n%s", want, timeout, strings.Join(seen, "\n"))
 		}
 	}
 }
