@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -438,18 +440,39 @@ func TestServeFromAnEnvoyEnvironmentDrainsOnSIGTERM(t *testing.T) {
 		defer ln.Close()
 		return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	}
-	httpPort := port()
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-		"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(), "DEBUG_PORT=" + port(),
-		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false",
-		"SLUICE_CONFIG=../../examples/config", "SLUICE_SHUTDOWN_DRAIN_DELAY=3s",
+	// The ports are free when chosen, but a test running beside this one
+	// may take one before the process binds it: then it exits at once,
+	// and the test tries other ports (up to three times).
+	var (
+		httpPort string
+		cmd      *exec.Cmd
+		lines    <-chan string
+		l        string
+	)
+	for attempt := 1; ; attempt++ {
+		httpPort = port()
+		cmd = exec.Command(bin, "serve")
+		cmd.Env = []string{
+			"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+			"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(), "DEBUG_PORT=" + port(),
+			"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false",
+			"SLUICE_CONFIG=../../examples/config", "SLUICE_SHUTDOWN_DRAIN_DELAY=3s",
+		}
+		lines = startProcess(t, cmd)
+		var seen []string
+		var err error
+		l, seen, err = readUntil(lines, 20*time.Second, func(l string) bool {
+			return strings.Contains(l, `"@message":"sluice serving"`)
+		})
+		if err == nil {
+			break
+		}
+		if attempt < 3 && strings.Contains(strings.Join(seen, "\n"), "address already in use") {
+			t.Logf("attempt %d: a port was taken before the process bound it; again", attempt)
+			continue
+		}
+		t.Fatalf("%v before a JSON \"sluice serving\" line; the last lines:\n%s", err, strings.Join(seen, "\n"))
 	}
-	lines := startProcess(t, cmd)
-	l := waitForLine(t, lines, 20*time.Second, `a JSON "sluice serving" line`, func(l string) bool {
-		return strings.Contains(l, `"@message":"sluice serving"`)
-	})
 	if !strings.Contains(l, `"@timestamp":`) || !strings.Contains(l, `"level":"info"`) {
 		t.Errorf("got %s, want envoyproxy/ratelimit's JSON fields", l)
 	}
@@ -534,22 +557,33 @@ func startProcess(t *testing.T, cmd *exec.Cmd) <-chan string {
 // line in the failure.
 func waitForLine(t *testing.T, lines <-chan string, timeout time.Duration, want string, match func(string) bool) string {
 	t.Helper()
+	l, seen, err := readUntil(lines, timeout, match)
+	if err != nil {
+		t.Fatalf("%v before %s; the last lines:\n%s", err, want, strings.Join(seen, "\n"))
+	}
+	return l
+}
+
+// readUntil reads lines until match accepts one and returns it, or
+// returns an error when the process exits first or timeout passes, with
+// the last lines read either way.
+func readUntil(lines <-chan string, timeout time.Duration, match func(string) bool) (string, []string, error) {
 	deadline := time.After(timeout)
-	var seen []string // the last lines read, for the failure
+	var seen []string
 	for {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("the process exited before %s; its last lines:\n%s", want, strings.Join(seen, "\n"))
+				return "", seen, errors.New("the process exited")
 			}
 			if match(l) {
-				return l
+				return l, seen, nil
 			}
 			if seen = append(seen, l); len(seen) > 20 {
 				seen = seen[1:]
 			}
 		case <-deadline:
-			t.Fatalf("no %s within %s; the last lines:\n%s", want, timeout, strings.Join(seen, "\n"))
+			return "", seen, fmt.Errorf("nothing matched within %s", timeout)
 		}
 	}
 }
