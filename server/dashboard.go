@@ -191,22 +191,21 @@ func listeners(mfs []*dto.MetricFamily) *DashboardListeners {
 		if l == nil {
 			l = &DashboardListeners{GRPCRefused: map[string]uint64{}}
 		}
+		field := map[string]*uint64{
+			"sluice_grpc_connections":             &l.GRPCConnections,
+			"sluice_grpc_calls_open":              &l.GRPCCalls,
+			"sluice_grpc_pending_bytes":           &l.GRPCPendingBytes,
+			"sluice_grpc_late_requests_total":     &l.GRPCLate,
+			"sluice_grpc_connection_errors_total": &l.GRPCConnErrors,
+			"sluice_http_bodies_refused_total":    &l.BodiesRefused,
+		}[name]
 		for _, m := range mf.GetMetric() {
 			v := uint64(m.GetGauge().GetValue() + m.GetCounter().GetValue())
-			switch name {
-			case "sluice_grpc_connections":
-				l.GRPCConnections = v
-			case "sluice_grpc_calls_open":
-				l.GRPCCalls = v
-			case "sluice_grpc_pending_bytes":
-				l.GRPCPendingBytes = v
-			case "sluice_grpc_late_requests_total":
-				l.GRPCLate = v
-			case "sluice_grpc_connection_errors_total":
-				l.GRPCConnErrors = v
-			case "sluice_http_bodies_refused_total":
-				l.BodiesRefused = v
-			case "sluice_grpc_calls_refused_total":
+			if field != nil {
+				*field = v
+				continue
+			}
+			if name == "sluice_grpc_calls_refused_total" {
 				for _, lp := range m.GetLabel() {
 					if lp.GetName() == "reason" {
 						l.GRPCRefused[lp.GetValue()] = v
