@@ -69,7 +69,7 @@ func (g *connGuard) Accept() (net.Conn, error) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		_ = c.Close()
+		_ = gc.Close() // and its slot
 		return nil, net.ErrClosed
 	}
 	g.conns[gc] = struct{}{}
