@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -60,7 +59,7 @@ func (b *grpcGoBounds) stats() (open, refused, late int64) {
 type call struct {
 	b     *grpcGoBounds // nil: the call is not counted
 	conn  any
-	timer *time.Timer // cancels the call's context when its request is late
+	timer *time.Timer // cancels the call's context when its request is late; nil in noCall
 	once  sync.Once
 }
 
@@ -74,13 +73,13 @@ func (b *grpcGoBounds) options() []grpc.ServerOption {
 		grpc.InTapHandle(b.tap),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			c := callOf(ctx)
-			c.timer.Stop() // grpc-go decodes the request before the interceptors
+			c.arrived() // grpc-go decodes the request before the interceptors
 			defer c.end()
 			return handler(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 			c := callOf(ss.Context())
-			c.timer.Stop() // streaming calls are left alone, as in Sluice's server
+			c.arrived() // streaming calls are left alone, as in Sluice's server
 			defer c.end()
 			return handler(srv, ss)
 		}),
@@ -96,7 +95,14 @@ func callOf(ctx context.Context) *call {
 	return noCall
 }
 
-var noCall = &call{timer: time.AfterFunc(math.MaxInt64, func() {})}
+var noCall = &call{}
+
+// arrived stops the call's request timer: its request is whole.
+func (c *call) arrived() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
 
 // tap admits a new call, or refuses it past --grpc-max-streams; grpc-go
 // runs it as a stream's headers arrive, and the context it returns is the

@@ -68,7 +68,7 @@ func TestGRPCGoBoundsCancelALateRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	callOf(onTime).timer.Stop() // what the interceptors do once the request is whole
+	callOf(onTime).arrived() // what the interceptors do once the request is whole
 	select {
 	case <-late.Done():
 	case <-time.After(5 * time.Second):
@@ -97,7 +97,7 @@ func TestGRPCGoBoundsATimerFiringAtOnce(t *testing.T) {
 		}
 		<-ctx.Done()
 		c := callOf(ctx)
-		c.timer.Stop()
+		c.arrived()
 		c.end()
 	}
 	b.mu.Lock()

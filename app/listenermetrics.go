@@ -41,7 +41,7 @@ func (a *App) registerGRPCMetrics(sluice *h2grpc.Server, bounds *grpcGoBounds) {
 			counter("sluice_grpc_late_requests_total", lateHelp, nil, func() float64 { return float64(sluice.Stats().LateRequests) }),
 			counter("sluice_grpc_connection_errors_total", "gRPC connections ended for an HTTP/2 connection error (a GOAWAY with an error code: a protocol error, a flood, a flow-control violation).", nil, func() float64 { return float64(sluice.Stats().ConnectionErrors) }),
 		)
-		for r := range h2grpc.Refusal(len(h2grpc.Stats{}.Refused)) {
+		for r := range h2grpc.NumRefusals {
 			cs = append(cs, counter("sluice_grpc_calls_refused_total", refusedHelp, prometheus.Labels{"reason": r.String()}, func() float64 { return float64(sluice.Stats().Refused[r]) }))
 		}
 	case bounds != nil:

@@ -571,10 +571,8 @@ h2_abuse() {
 
 # 8. Slow HTTP clients -------------------------------------------------------
 slow_http() {
-  local grpc http
-  grpc=$(free_port) http=$(free_port)
-  local dbg
-  dbg=$(free_port)
+  local grpc http dbg
+  grpc=$(free_port) http=$(free_port) dbg=$(free_port)
   start_sluice slow "$grpc" "$http" --debug-addr "127.0.0.1:$dbg" --store memory
   local spid=$sluice_pid body steps=() verdict=ok mode rss during answered pid
   body='{"domain":"faults","descriptors":[{"entries":[{"key":"roomy","value":"a"}]}]}'

@@ -163,7 +163,7 @@ func TestStreamsPastTheCapAreRefused(t *testing.T) {
 	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 5 || rst.ErrCode != http2.ErrCodeRefusedStream {
 		t.Fatalf("got %v, want stream 5 refused", f)
 	}
-	if got := s.Stats().Refused; got != [numRefusals]int64{RefusedMaxConcurrentStreams: 1} {
+	if got := s.Stats().Refused; got != [NumRefusals]int64{RefusedMaxConcurrentStreams: 1} {
 		t.Errorf("Stats().Refused: %v, want 1 call refused for max_concurrent_streams", got)
 	}
 	for range 2 {
@@ -390,7 +390,7 @@ func TestStreamsPastTheServersCapAreRefused(t *testing.T) {
 	if rst, ok := f.(*http2.RSTStreamFrame); !ok || rst.StreamID != 3 || rst.ErrCode != http2.ErrCodeRefusedStream {
 		t.Fatalf("got %v, want the fourth call on the server refused", f)
 	}
-	if st := s.Stats(); st.Refused != [numRefusals]int64{RefusedMaxStreams: 1} || st.Calls != 3 || st.Connections != 2 {
+	if st := s.Stats(); st.Refused != [NumRefusals]int64{RefusedMaxStreams: 1} || st.Calls != 3 || st.Connections != 2 {
 		t.Errorf("Stats: %+v, want 1 call refused for max_streams, 3 calls on 2 connections", st)
 	}
 	close(e.release)
@@ -425,7 +425,7 @@ func TestUnfinishedMessagesPastTheServersCapFail(t *testing.T) {
 	if got := r.status(3); got != "8" {
 		t.Fatalf("the call past %d bytes: got grpc-status %q, want 8 (RESOURCE_EXHAUSTED)", limit, got)
 	}
-	if got := s.Stats().Refused; got != [numRefusals]int64{RefusedMaxPendingBytes: 1} {
+	if got := s.Stats().Refused; got != [NumRefusals]int64{RefusedMaxPendingBytes: 1} {
 		t.Errorf("Stats().Refused: %v, want 1 call refused for max_pending_bytes", got)
 	}
 	hb := headerBytes("/test.Echo/Unary")

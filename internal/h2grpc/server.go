@@ -163,7 +163,7 @@ type Server struct {
 	nconns  atomic.Int64 // len(conns)
 
 	// What Stats reports besides those.
-	refused    [numRefusals]atomic.Int64
+	refused    [NumRefusals]atomic.Int64
 	late       atomic.Int64
 	connErrors atomic.Int64
 
@@ -505,7 +505,8 @@ const (
 	RefusedMaxPendingBytes
 	// RefusedClosing: its connection was closing (after the final GOAWAY).
 	RefusedClosing
-	numRefusals
+	// NumRefusals is how many kinds of Refusal there are.
+	NumRefusals
 )
 
 // String is the refusal's name in metrics: max_concurrent_streams,
@@ -521,7 +522,7 @@ type Stats struct {
 	PendingBytes int64 // held for requests not whole yet
 	// Refused counts the calls refused, by Refusal, since the server
 	// started.
-	Refused [numRefusals]int64
+	Refused [NumRefusals]int64
 	// LateRequests counts the unary calls reset because their requests
 	// did not come whole within Options.RequestTimeout.
 	LateRequests int64
