@@ -160,3 +160,22 @@ func TestFaultsTableIsInTheDocs(t *testing.T) {
 		})
 	}
 }
+
+// The benchmark scripts BENCHMARKS.md runs parse and are executable.
+func TestBenchScriptsParse(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	for _, script := range []string{"../scripts/bench-rls.sh", "../scripts/ab-cpu.sh"} {
+		if out, err := exec.Command("bash", "-n", script).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %s: %v\n%s", script, err, out)
+		}
+		fi, err := os.Stat(script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o111 == 0 {
+			t.Errorf("%s: got mode %v, want executable", script, fi.Mode().Perm())
+		}
+	}
+}
