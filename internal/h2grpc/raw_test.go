@@ -292,13 +292,24 @@ func TestAClientThatStopsReadingIsCutOff(t *testing.T) {
 	binary.PutUvarint(msg[1:], uint64(n-5)) // 4 bytes of varint for this size
 	grpcMsg := append([]byte{0, 0, 0, 0, 0}, msg[:n]...)
 	binary.BigEndian.PutUint32(grpcMsg[1:], uint32(n))
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range callHeaders("/test.Echo/Unary") {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	wrote := make(chan struct{})
 	go func() {
+		// No t.Fatal here: the writes fail once the server hangs up, and
+		// the test waits for this goroutine before it ends.
+		defer close(wrote)
 		for _, id := range []uint32{1, 3, 5, 7} {
-			r.headers(id, "/test.Echo/Unary", false)
+			if r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}) != nil {
+				return // the server hung up
+			}
 			for b := grpcMsg; len(b) > 0; {
 				k := min(len(b), 16384)
 				if r.fr.WriteData(id, k == len(b), b[:k]) != nil {
-					return // the server hung up
+					return
 				}
 				b = b[k:]
 			}
@@ -310,6 +321,8 @@ func TestAClientThatStopsReadingIsCutOff(t *testing.T) {
 		open := len(s.conns)
 		s.mu.Unlock()
 		if open == 0 {
+			r.nc.Close()
+			<-wrote
 			return
 		}
 		if time.Now().After(deadline) {
